@@ -1,0 +1,46 @@
+"""Thin sessions: each installs what it needs and calls `sglforge <verb>`.
+
+`plan`, `fetch` and `patches` run sglforge from src/ with the interpreter nox runs under
+(standard library only), so they work on an air-gapped host that has nox and git.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
+
+
+def _sglforge(session: nox.Session, verb: str) -> None:
+    session.run("python", "-m", "sglforge", verb, *session.posargs, env=SRC_ENV, external=True)
+
+
+@nox.session(python=False)
+def plan(session: nox.Session) -> None:
+    """Print pins, patch series with digests, and the build steps (offline)."""
+    _sglforge(session, "plan")
+
+
+@nox.session(python=False)
+def fetch(session: nox.Session) -> None:
+    """Fetch pinned sources into the cache and export clean trees (-- --offline, --bundle F)."""
+    _sglforge(session, "fetch")
+
+
+@nox.session(python=False)
+def patches(session: nox.Session) -> None:
+    """Patch series: -- check|apply|refresh|lint [upstream...]."""
+    _sglforge(session, "patches")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (fixtures build synthetic upstream repos; no network needed)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)

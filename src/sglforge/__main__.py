@@ -1,0 +1,3 @@
+from sglforge.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""`sglforge <verb>`: argument parsing and printing; the work happens in the verb modules.
+
+Each verb module exposes `register(subparsers)` which adds its parser and sets
+`func(args, ctx) -> int`. Errors the user can fix are `SglforgeError`s: printed without a
+traceback, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge.config import Settings, load_settings
+from sglforge.errors import SglforgeError
+from sglforge.project import Project, find_project
+
+# Modules that contribute verbs, in help order.
+VERB_MODULES = ["sglforge.cli_sources", "sglforge.cli_patches"]
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+
+    @property
+    def project(self) -> Project:
+        return find_project(self.args.project)
+
+    @property
+    def settings(self) -> Settings:
+        return load_settings(
+            self.args.config,
+            cache_dir=self.args.cache_dir,
+            build_root=self.args.build_root,
+            extra_mirrors=self.args.mirror,
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglforge", description=__doc__.splitlines()[0])
+    parser.add_argument("--project", type=Path, default=None,
+                        help="project root (default: nearest dir with lockfiles/upstreams.toml)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="user config file (default: $SGLFORGE_CONFIG or "
+                             "~/.config/sglforge/config.toml)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="source cache directory")
+    parser.add_argument("--build-root", type=Path, default=None,
+                        help="fixed absolute build root (default /tmp/sglforge-build)")
+    parser.add_argument("--mirror", action="append", default=[], metavar="UPSTREAM=MIRROR",
+                        help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for name in VERB_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args, Context(args)) or 0)
+    except SglforgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""User-facing errors.
+
+Every failure a user can cause (bad input, missing cache entry, patch that does not apply)
+is raised as `SglforgeError`; the CLI prints its message without a traceback and exits 2.
+"""
+
+from __future__ import annotations
+
+
+class SglforgeError(Exception):
+    """An error whose message is complete enough to act on; printed without a traceback."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        text = self.args[0]
+        if self.hint:
+            text += f"\nhint: {self.hint}"
+        return text
+
+
+class ConfigErrors(SglforgeError):
+    """Several problems found while validating one input file; all are reported together."""
+
+    def __init__(self, path: object, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = [f"{path}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
+        lines += [f"  - {p}" for p in problems]
+        super().__init__("\n".join(lines))

@@ -1,0 +1,62 @@
+"""`sglforge plan`: what a build would use and do, in order. Reads only the repository."""
+
+from __future__ import annotations
+
+from sglforge.config import Settings
+from sglforge.pins import parse_lockfile
+from sglforge.project import Project
+from sglforge.series import Backport, load_series
+
+
+def render_plan(project: Project, settings: Settings) -> str:
+    lock = parse_lockfile(project.lockfile)
+    out = [f"pins ({project.lockfile.relative_to(project.root)}):"]
+    width = max(len(p.name) for p in lock.pins) if lock.pins else 0
+    for pin in lock.pins:
+        what = pin.commit or f"sha256:{pin.sha256}"
+        placement = ""
+        if pin.path:
+            placement = f"  -> {pin.parent}/{pin.path}"
+        elif pin.fetchcontent:
+            placement = f"  -> {pin.parent} FetchContent {pin.fetchcontent}"
+        ref = f" ({pin.ref})" if pin.ref else ""
+        out.append(f"  {pin.name:<{width}}  {what}{ref}{placement}")
+    out.append("")
+    out.append("patch series:")
+    all_series = {}
+    for upstream in lock.upstreams():
+        series = load_series(project, upstream.name)
+        all_series[upstream.name] = series
+        if not series.entries:
+            out.append(f"  {upstream.name}: no patches")
+            continue
+        out.append(f"  {upstream.name}: {len(series.entries)} entr"
+                   f"{'y' if len(series.entries) == 1 else 'ies'}, patchset {series.patchset8}")
+        for entry in series.entries:
+            if isinstance(entry, Backport):
+                excl = f" exclude={','.join(entry.excludes)}" if entry.excludes else ""
+                out.append(f"    {entry.label}  {entry.url}  sha256:{entry.sha256[:12]}{excl}")
+            else:
+                out.append(f"    {entry.name}  sha256:{entry.digest[:12]}")
+    out.append("")
+    out.append(f"steps (cache {settings.cache_dir}, build root {settings.build_root}):")
+    step = 0
+    for upstream in lock.upstreams():
+        closure = lock.closure(upstream.name)
+        step += 1
+        subs = [p for p in closure if p.is_submodule]
+        deps = [p for p in closure if p.fetchcontent]
+        extra = []
+        if subs:
+            extra.append(f"{len(subs)} submodule(s)")
+        if deps:
+            extra.append(f"{len(deps)} FetchContent archive(s)")
+        out.append(f"  {step}. fetch {upstream.name} @ {upstream.short}"
+                   + (f" with {', '.join(extra)}" if extra else ""))
+        step += 1
+        out.append(f"  {step}. export to {settings.build_root / 'src' / upstream.name}")
+        series = all_series[upstream.name]
+        if series.entries:
+            step += 1
+            out.append(f"  {step}. apply {len(series.entries)} patch(es), one commit each")
+    return "\n".join(out)
