@@ -1,17 +1,109 @@
-"""Verb `patches`: check | apply | refresh | lint."""
+"""Verb `patches`: check | apply | refresh | lint | digest."""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
+
+from sglforge import sources
+from sglforge.apply import apply_series
+from sglforge.errors import SglforgeError
+from sglforge.pins import parse_lockfile
+from sglforge.series import backport_wants, load_all_series
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("patches", help="patch series: check | apply | refresh | lint")
-    p.add_argument("action", choices=["check", "apply", "refresh", "lint"])
-    p.add_argument("upstreams", nargs="*", help="upstreams (default: all with a series)")
+    p = subparsers.add_parser(
+        "patches", help="patch series: check | apply | refresh | lint | digest",
+        description="check: apply each series to a scratch export of its pin. "
+                    "apply: apply to <build-root>/src/<upstream>. "
+                    "refresh UPSTREAM --onto COMMIT: rebase the series onto a new pin. "
+                    "lint: DEP-3 errors and hints. digest URL COMMIT: a backport's sha256.")
+    p.add_argument("action", choices=["check", "apply", "refresh", "lint", "digest"])
+    p.add_argument("targets", nargs="*", metavar="UPSTREAM",
+                   help="upstreams (default: all with a series); for digest: URL COMMIT")
     p.add_argument("--onto", metavar="COMMIT", help="refresh: the new upstream commit")
+    p.add_argument("--offline", action="store_true", help="use only the source cache")
     p.set_defaults(func=run_patches)
 
 
+def _targets(args: argparse.Namespace, lock, project) -> list[str]:  # noqa: ANN001
+    if args.targets:
+        for name in args.targets:
+            if lock.get(name).parent is not None:
+                raise SglforgeError(f"'{name}' is not an upstream (it has a parent); series "
+                                    "belong to upstreams")
+        return list(args.targets)
+    return [p.name for p in lock.upstreams() if project.series_file(p.name).exists()]
+
+
 def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    raise NotImplementedError("patches verb is being written")
+    project = ctx.project
+    if args.action == "lint":
+        from sglforge.lint import lint_project, render_findings
+
+        lock = parse_lockfile(project.lockfile)
+        findings = lint_project(project, lock, args.targets or None)
+        print(render_findings(findings))
+        return 1 if any(f.severity == "error" for f in findings) else 0
+    settings = ctx.settings
+    if args.action == "digest":
+        return _digest(args, settings)
+    lock = parse_lockfile(project.lockfile)
+    names = _targets(args, lock, project)
+    if args.action == "refresh":
+        from sglforge.refresh import refresh_series
+
+        if len(names) != 1 or not args.onto:
+            raise SglforgeError("usage: patches refresh UPSTREAM --onto COMMIT")
+        result = refresh_series(project, lock, names[0], args.onto, settings,
+                                offline=args.offline)
+        print(result.summary())
+        return 0
+    all_series = load_all_series(project, lock, names)
+    sources.fetch_sources(lock, names, settings, offline=args.offline,
+                          extra=backport_wants(all_series))
+    failures = 0
+    for series in all_series:
+        name = series.upstream
+        if args.action == "apply":
+            dest = settings.build_root / "src" / name
+            tree = sources.export_source(lock, name, dest, settings)
+            applied = apply_series(tree.path, series, settings)
+            print(f"applied   {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "
+                  f"on {lock.get(name).short} -> {dest}")
+            for item in applied:
+                print(f"          {item.commit[:12]} {item.label}")
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{name}-") as tmp:
+            tree = sources.export_source(lock, name, Path(tmp) / name, settings)
+            try:
+                applied = apply_series(tree.path, series, settings)
+            except SglforgeError as exc:
+                failures += 1
+                print(f"FAILED    {name}\n{exc}")
+                continue
+            print(f"ok        {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "
+                  f"apply strictly to {lock.get(name).short} (patchset {series.patchset8})")
+    if failures:
+        raise SglforgeError(f"{failures} series failed to apply")
+    return 0
+
+
+def _digest(args: argparse.Namespace, settings) -> int:  # noqa: ANN001
+    from sglforge.backport import digest_of
+
+    if len(args.targets) != 2:
+        raise SglforgeError("usage: patches digest URL COMMIT")
+    url, commit = args.targets
+    cache = sources.SourceCache(settings.cache_dir)
+    with cache.locked():
+        sources.fetch_commit(cache, sources.GitWant(url, commit, f"backport {commit[:12]}"),
+                             settings, offline=args.offline)
+    digest = digest_of(cache.git_dir(url), commit)
+    print(f"backport {url} {commit} sha256={digest}")
+    return 0
+
+
+

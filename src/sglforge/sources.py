@@ -301,7 +301,8 @@ def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="sglforge-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git("read-tree", commit, git_dir=git_dir, env=env)
-        git("checkout-index", "--all", "--force", f"--prefix={dest}/", git_dir=git_dir, env=env)
+        git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir,
+            env=env)
 
 
 def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) -> list[str]:

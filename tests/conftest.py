@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.gitrepos import World
+
+
+@pytest.fixture
+def world(tmp_path):  # noqa: ANN001, ANN201
+    return World(tmp_path)
+
+
+@pytest.fixture
+def upstreams(world):  # noqa: ANN001, ANN201
+    """alpha (a Python package with history, a tag and a moving branch) with submodule beta
+    pinned in the lockfile, plus gamma: a FetchContent-style tarball."""
+    from tests.fixtures.gitrepos import make_tarball, source_entry
+
+    beta = world.repo("org/beta")
+    beta_v1 = beta.commit("beta v1", {"beta.h": "#define BETA 1\n"})
+    beta_v2 = beta.commit("beta v2", {"beta.h": "#define BETA 2\n"})
+    alpha = world.repo("org/alpha")
+    alpha.commit("initial", {
+        "pyproject.toml": '[project]\nname = "alpha"\nversion = "1.0"\n',
+        "src/alpha/__init__.py": "VALUE = 1\n",
+        "src/alpha/core.py": "".join(f"def f{i}():\n    return {i}\n\n" for i in range(30)),
+    })
+    alpha.tag("v1")
+    alpha.add_submodule(beta, "third_party/beta", beta_v2)
+    pinned = alpha.commit("add beta submodule")
+    moved = alpha.commit("later work on main", {"src/alpha/__init__.py": "VALUE = 2\n"})
+    gamma_sha = make_tarball(world.mirror / "org/gamma/archive/v1.tar.gz", "gamma-1.0",
+                             {"CMakeLists.txt": "project(gamma)\n", "gamma.h": "int g;\n"})
+    text = (source_entry("alpha", world.url("org/alpha"), pinned, ref="main")
+            + source_entry("alpha.beta", world.url("org/beta"), beta_v2, parent="alpha",
+                           path="third_party/beta")
+            + "[[source]]\nname = \"alpha.gamma\"\nparent = \"alpha\"\n"
+              "fetchcontent = \"repo-gamma\"\n"
+              f"url = \"{world.url('org/gamma/archive/v1.tar.gz')}\"\nsha256 = \"{gamma_sha}\"\n")
+    world.write_lockfile(text)
+
+    class Upstreams:
+        pass
+
+    u = Upstreams()
+    u.alpha, u.beta, u.pinned, u.moved = alpha, beta, pinned, moved
+    u.beta_v1, u.beta_v2, u.gamma_sha = beta_v1, beta_v2, gamma_sha
+    return u

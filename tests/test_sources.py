@@ -1,0 +1,152 @@
+"""Fetch, verify, export and bundle against real git repositories standing in for upstreams."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from sglforge import sources
+from sglforge.cli import main
+from sglforge.errors import SglforgeError
+from sglforge.pins import parse_lockfile
+from tests.fixtures.gitrepos import run_git
+
+
+def lock_of(world):  # noqa: ANN001, ANN201
+    return parse_lockfile(world.project / "lockfiles" / "upstreams.toml")
+
+
+def test_fetch_verifies_and_exports_pinned_commit_with_submodule(world, upstreams):
+    lock = lock_of(world)
+    report = sources.fetch_sources(lock, [], world.settings(), offline=False)
+    assert sorted(x.split()[0] for x in report.fetched) == ["alpha", "alpha.beta", "alpha.gamma"]
+    tree = sources.export_source(lock, "alpha", world.build_root / "src" / "alpha",
+                                 world.settings())
+    # The export is at the pin, not at the branch head that moved on.
+    assert run_git(tree.path, "rev-parse", "HEAD") == upstreams.pinned
+    assert (tree.path / "src/alpha/__init__.py").read_text() == "VALUE = 1\n"
+    assert (tree.path / "third_party/beta/beta.h").read_text() == "#define BETA 2\n"
+    assert run_git(tree.path, "status", "--porcelain") == ""
+    gamma = sources.export_source(lock, "alpha.gamma", world.build_root / "src" / "gamma",
+                                  world.settings())
+    assert (gamma.path / "gamma.h").read_text() == "int g;\n"  # top directory stripped
+    again = sources.fetch_sources(lock, [], world.settings(), offline=False)
+    assert again.fetched == [] and len(again.cached) == 3
+
+
+def test_submodule_pin_wins_over_upstream_gitlink(world, upstreams):
+    text = (world.project / "lockfiles/upstreams.toml").read_text()
+    world.write_lockfile(text.replace(upstreams.beta_v2, upstreams.beta_v1))
+    lock = lock_of(world)
+    report = sources.fetch_sources(lock, ["alpha"], world.settings(), offline=False)
+    assert any("alpha.beta: pinned " + upstreams.beta_v1 in w for w in report.warnings)
+    tree = sources.export_source(lock, "alpha", world.root / "out", world.settings())
+    assert (tree.path / "third_party/beta/beta.h").read_text() == "#define BETA 1\n"
+
+
+def test_unpinned_submodule_is_an_error_with_the_entry_to_add(world, upstreams):
+    text = (world.project / "lockfiles/upstreams.toml").read_text()
+    alpha_only = text.split("[[source]]\nname = \"alpha.beta\"")[0]
+    world.write_lockfile(alpha_only)
+    with pytest.raises(SglforgeError) as err:
+        sources.fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
+    message = str(err.value)
+    assert "third_party/beta" in message and f'commit = "{upstreams.beta_v2}"' in message
+
+
+def test_missing_commit_fails_closed_naming_expected_and_got(world, upstreams):
+    bogus = "0123456789abcdef0123456789abcdef01234567"
+    text = (world.project / "lockfiles/upstreams.toml").read_text()
+    world.write_lockfile(text.replace(upstreams.pinned, bogus))
+    with pytest.raises(SglforgeError) as err:
+        sources.fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
+    message = str(err.value)
+    assert f"expected commit {bogus}" in message
+    assert f"'main' is now at {upstreams.moved}" in message
+    assert "mirror" in message  # says where it actually looked
+
+
+def test_tree_mismatch_fails_closed(world, upstreams):
+    text = (world.project / "lockfiles/upstreams.toml").read_text()
+    wrong_tree = "f" * 40
+    world.write_lockfile(text.replace('ref = "main"', f'ref = "main"\ntree = "{wrong_tree}"'))
+    with pytest.raises(SglforgeError, match=f"expected tree {wrong_tree} .* got [0-9a-f]{{40}}"):
+        sources.fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
+
+
+def test_tarball_digest_mismatch_caches_nothing(world, upstreams):
+    text = (world.project / "lockfiles/upstreams.toml").read_text()
+    world.write_lockfile(text.replace(upstreams.gamma_sha, "0" * 64))
+    with pytest.raises(SglforgeError, match=f"expected sha256 {'0' * 64}, got "
+                                            f"{upstreams.gamma_sha}"):
+        sources.fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
+    assert not any((world.cache / "tarballs").iterdir())
+
+
+def test_offline_lists_exactly_what_is_missing(world, upstreams):
+    lock = lock_of(world)
+    cache = sources.SourceCache(world.cache)
+    with cache.locked():
+        sources.fetch_commit(cache, sources.GitWant(world.url("org/beta"), upstreams.beta_v2,
+                                                    "alpha.beta"), world.settings(), False)
+    with pytest.raises(SglforgeError) as err:
+        sources.fetch_sources(lock, [], world.settings(), offline=True)
+    message = str(err.value)
+    assert "2 source(s) missing" in message
+    assert f"alpha: commit {upstreams.pinned}" in message
+    assert "alpha.gamma: sha256" in message
+    assert "alpha.beta" not in message
+
+
+def test_bundle_round_trip_to_a_fresh_cache_without_the_mirror(world, upstreams, capsys):
+    bundle = world.root / "sources.tar"
+    assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle)]) == 0
+    shutil.rmtree(world.mirror)  # the air-gapped host cannot reach upstream
+    fresh = world.root / "other-cache"
+    args = ["--project", str(world.project), "--cache-dir", str(fresh),
+            "--build-root", str(world.root / "other-build")]
+    assert main(args + ["fetch", "--from-bundle", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "imported" in out and "exported  alpha" in out
+    exported = world.root / "other-build/src/alpha"
+    assert run_git(exported, "rev-parse", "HEAD") == upstreams.pinned
+    assert (exported / "third_party/beta/beta.h").read_text() == "#define BETA 2\n"
+    assert (world.root / "other-build/src/alpha.gamma/gamma.h").exists()
+
+
+def test_corrupt_bundle_is_a_clear_error(world, upstreams, capsys):
+    bad = world.root / "bad.tar"
+    bad.write_bytes(b"not a tar file")
+    assert main(world.cli_args() + ["fetch", "--from-bundle", str(bad)]) == 2
+    assert "not a sglforge bundle" in capsys.readouterr().err
+
+
+def test_export_replaces_only_on_success(world, upstreams):
+    lock = lock_of(world)
+    sources.fetch_sources(lock, [], world.settings(), offline=False)
+    dest = world.build_root / "src" / "alpha"
+    sources.export_source(lock, "alpha", dest, world.settings())
+    (dest / "local-edit").write_text("x")
+    shutil.rmtree(world.cache / "tarballs")  # make the next export of gamma fail
+    with pytest.raises(SglforgeError):
+        sources.export_source(lock, "alpha.gamma", world.build_root / "src" / "alpha.gamma",
+                              world.settings())
+    assert not (world.build_root / "src" / "alpha.gamma").exists()
+    assert not [p for p in (world.build_root / "src").iterdir() if p.name.startswith(".")]
+    sources.export_source(lock, "alpha", dest, world.settings())
+    assert not (dest / "local-edit").exists()  # a fresh, clean export
+
+
+def test_cli_fetch_then_plan_offline(world, upstreams, capsys):
+    assert main(world.cli_args() + ["fetch"]) == 0
+    out = capsys.readouterr().out
+    assert "fetched   alpha" in out and "exported  alpha ->" in out
+    assert main(world.cli_args() + ["fetch", "--offline", "--no-export"]) == 0
+    assert "cached    alpha" in capsys.readouterr().out
+    proc = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(world.project), "plan"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert upstreams.pinned in proc.stdout and "third_party/beta" in proc.stdout
