@@ -211,7 +211,8 @@ def rewrite_pin(path: Path, name: str, updates: dict[str, str]) -> None:
     commit_line = key_line(text, start, "commit")
     for key, value in updates.items():
         number = key_line(text, start, key)
-        rendered = f'{key} = "{value}"'
+        is_date = key == "date" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)
+        rendered = f"{key} = {value}" if is_date else f'{key} = "{value}"'
         if number is not None and number <= end:
             old = lines[number - 1]
             comment = re.search(r'"\s*(#.*)$', old.rstrip("\n"))
