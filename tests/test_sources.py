@@ -150,3 +150,44 @@ def test_cli_fetch_then_plan_offline(world, upstreams, capsys):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert upstreams.pinned in proc.stdout and "third_party/beta" in proc.stdout
+
+
+def test_nested_submodules_are_fetched_and_placed_recursively(world):
+    from tests.fixtures.gitrepos import source_entry
+
+    leaf = world.repo("org/leaf")
+    leaf_commit = leaf.commit("leaf", {"leaf.txt": "leaf\n"})
+    mid = world.repo("org/mid")
+    mid.commit("mid", {"mid.txt": "mid\n"})
+    mid.add_submodule(leaf, "deps/leaf", leaf_commit)
+    mid_commit = mid.commit("add leaf")
+    top = world.repo("org/top")
+    top.commit("top", {"top.txt": "top\n"})
+    top.add_submodule(mid, "third_party/mid", mid_commit)
+    top_commit = top.commit("add mid")
+    world.write_lockfile(
+        source_entry("top", world.url("org/top"), top_commit)
+        + source_entry("top.mid", world.url("org/mid"), mid_commit, parent="top",
+                       path="third_party/mid")
+        + source_entry("top.mid.leaf", world.url("org/leaf"), leaf_commit, parent="top.mid",
+                       path="deps/leaf"))
+    lock = lock_of(world)
+    sources.fetch_sources(lock, ["top"], world.settings(), offline=False)
+    tree = sources.export_source(lock, "top", world.root / "top", world.settings())
+    assert (tree.path / "third_party/mid/deps/leaf/leaf.txt").read_text() == "leaf\n"
+    assert "third_party/mid/deps/leaf @ " + leaf_commit[:12] in tree.placed
+
+
+def test_plan_lists_series_entries_with_digests(world, upstreams, capsys):
+    from tests.fixtures.gitrepos import local_patch
+
+    patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix", {"src/alpha/__init__.py":
+                                                                   "VALUE = 3\n"})
+    world.write_series("alpha", ["0001-fix.patch"], {"0001-fix.patch": patch})
+    import hashlib
+
+    assert main(["--project", str(world.project), "--build-root", "/opt/fixed", "plan"]) == 0
+    out = capsys.readouterr().out
+    assert f"0001-fix.patch  sha256:{hashlib.sha256(patch).hexdigest()[:12]}" in out
+    assert "alpha: 1 entry, patchset " in out
+    assert "export to /opt/fixed/src/alpha" in out and "apply 1 patch(es)" in out
