@@ -165,3 +165,35 @@ def test_lint_cli_exit_status(world, upstreams, capsys):
 def test_lint_without_series_is_clean(world, upstreams, capsys):
     assert main(world.cli_args() + ["patches", "lint"]) == 0
     assert "lint: ok" in capsys.readouterr().out
+
+
+def test_refresh_continue_after_resolving_by_hand_and_abort(world, upstreams, capsys):
+    patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
+    world.write_series("alpha", ["0001-fix-f3.patch"], {"0001-fix-f3.patch": patch})
+    new = upstream_moves(upstreams, {"src/alpha/core.py": core_text({3: "300"})})
+    args = world.cli_args() + ["patches", "refresh", "alpha"]
+    assert main(args + ["--onto", new]) == 2
+    assert "--continue" in capsys.readouterr().err
+    # A second start is refused while one is in progress; --continue with conflicts left too.
+    assert main(args + ["--onto", new]) == 2
+    assert "is in progress" in capsys.readouterr().err
+    assert main(args + ["--continue"]) == 2
+    assert "still unresolved" in capsys.readouterr().err
+    # Resolve by hand: keep upstream's new value and add ours next to it.
+    scratch = world.build_root / "refresh/alpha"
+    (scratch / "src/alpha/core.py").write_text(core_text({3: "300 + 33"}))
+    run_git(scratch, "add", "src/alpha/core.py")
+    assert main(args + ["--continue"]) == 0
+    assert "regenerated 0001-fix-f3.patch" in capsys.readouterr().out
+    text = (world.project / "patches/alpha/0001-fix-f3.patch").read_text()
+    assert "-    return 300\n+    return 300 + 33" in text
+    assert lockfile_commit(world) == new
+    assert not scratch.exists()
+    # --abort leaves everything as it was.
+    newer = upstream_moves(upstreams, {"src/alpha/core.py": core_text({3: "3000"})})
+    before = (world.project / "patches/alpha/0001-fix-f3.patch").read_bytes()
+    assert main(args + ["--onto", newer]) == 2
+    assert main(args + ["--abort"]) == 0
+    assert "aborted" in capsys.readouterr().out
+    assert not scratch.exists() and lockfile_commit(world) == new
+    assert (world.project / "patches/alpha/0001-fix-f3.patch").read_bytes() == before

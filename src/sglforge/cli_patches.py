@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("targets", nargs="*", metavar="UPSTREAM",
                    help="upstreams (default: all with a series); for digest: URL COMMIT")
     p.add_argument("--onto", metavar="COMMIT", help="refresh: the new upstream commit")
+    p.add_argument("--continue", dest="resume", action="store_true",
+                   help="refresh: resume after resolving a conflict in the scratch tree")
+    p.add_argument("--abort", action="store_true", help="refresh: drop a stopped refresh")
     p.add_argument("--offline", action="store_true", help="use only the source cache")
     p.set_defaults(func=run_patches)
 
@@ -53,12 +56,16 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     lock = parse_lockfile(project.lockfile)
     names = _targets(args, lock, project)
     if args.action == "refresh":
-        from sglforge.refresh import refresh_series
+        from sglforge.refresh import abort_refresh, refresh_series
 
-        if len(names) != 1 or not args.onto:
-            raise SglforgeError("usage: patches refresh UPSTREAM --onto COMMIT")
+        if len(args.targets) != 1 or sum(map(bool, (args.onto, args.resume, args.abort))) != 1:
+            raise SglforgeError("usage: patches refresh UPSTREAM (--onto COMMIT | --continue | "
+                                "--abort)")
+        if args.abort:
+            print(abort_refresh(settings, names[0]))
+            return 0
         result = refresh_series(project, lock, names[0], args.onto, settings,
-                                offline=args.offline)
+                                offline=args.offline, resume=args.resume)
         print(result.summary())
         return 0
     all_series = load_all_series(project, lock, names)

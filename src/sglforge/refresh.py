@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,83 +119,181 @@ def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[
     return (narrowed if kept else None), name, patch
 
 
-def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str,
-                   settings: Settings, *, offline: bool = False) -> RefreshResult:
+STATE_FILE = "sglforge-refresh.json"
+
+
+@dataclass
+class RefreshState:
+    """Progress of one refresh, kept in the scratch tree's .git so `--continue` can resume."""
+
+    upstream: str
+    old: str
+    onto: str
+    series_digest: str
+    next_index: int = 0  # first entry not yet rebased
+    pending: dict | None = None  # {"index", "commit", "failing"} of a stopped entry
+    new_lines: dict[str, list[str]] = field(default_factory=dict)  # series line -> lines
+    new_files: dict[str, str] = field(default_factory=dict)  # patch name -> text (latin-1)
+    next_number: int = 1
+    lines: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def path(tree: Path) -> Path:
+        return tree / ".git" / STATE_FILE
+
+    def save(self, tree: Path) -> None:
+        atomic_write_bytes(self.path(tree), json.dumps(dataclasses.asdict(self)).encode())
+
+    @classmethod
+    def load(cls, tree: Path) -> RefreshState | None:
+        path = cls.path(tree)
+        return cls(**json.loads(path.read_text())) if path.exists() else None
+
+
+def refresh_workdir(settings: Settings, upstream: str) -> Path:
+    return settings.build_root / "refresh" / upstream
+
+
+def abort_refresh(settings: Settings, upstream: str) -> str:
+    workdir = refresh_workdir(settings, upstream)
+    if RefreshState.load(workdir) is None:
+        raise SglforgeError(f"no refresh of {upstream} is in progress ({workdir})")
+    remove_tree(workdir)
+    return f"aborted the refresh of {upstream}; patches/ and the lockfile were never changed"
+
+
+def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | None,
+                   settings: Settings, *, offline: bool = False,
+                   resume: bool = False) -> RefreshResult:
+    """Start a refresh onto `onto`, or (`resume`) continue one that stopped on a conflict."""
     pin = lock.get(upstream)
     if not pin.is_git or pin.parent is not None:
         raise SglforgeError(f"'{upstream}' is not a git upstream; only upstream series refresh")
-    if not FULL_SHA.fullmatch(onto):
-        raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
     series = load_series(project, upstream)
-    result = RefreshResult(upstream, pin.commit, onto)
-    sources.fetch_sources(lock, [upstream], settings, offline=offline,
-                          extra=backport_wants([series]))
-    cache = sources.SourceCache(settings.cache_dir)
-    with cache.locked():
-        state = sources.fetch_commit(cache, sources.GitWant(pin.url, onto, f"{upstream} --onto"),
-                                     settings, offline)
-    if state == "missing":
-        raise SglforgeError(f"offline: {upstream} commit {onto} is not in the cache")
+    workdir = refresh_workdir(settings, upstream)
+    state = RefreshState.load(workdir)
+    if resume:
+        if state is None:
+            raise SglforgeError(f"no refresh of {upstream} to continue ({workdir})")
+        if state.series_digest != series.digest or state.old != pin.commit:
+            raise SglforgeError(f"the series or pin of {upstream} changed since the refresh "
+                                "started; run `patches refresh --abort` and start again")
+        tree = workdir
+        onto = state.onto
+    else:
+        if state is not None:
+            raise SglforgeError(f"a refresh of {upstream} onto {state.onto[:12]} is in progress "
+                                f"in {workdir}",
+                                hint="finish it with `patches refresh UPSTREAM --continue` or "
+                                     "drop it with `patches refresh UPSTREAM --abort`")
+        if not onto or not FULL_SHA.fullmatch(onto):
+            raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
+        sources.fetch_sources(lock, [upstream], settings, offline=offline,
+                              extra=backport_wants([series]))
+        cache = sources.SourceCache(settings.cache_dir)
+        with cache.locked():
+            fetched = sources.fetch_commit(
+                cache, sources.GitWant(pin.url, onto, f"{upstream} --onto"), settings, offline)
+        if fetched == "missing":
+            raise SglforgeError(f"offline: {upstream} commit {onto} is not in the cache")
+        tree = sources.export_source(lock, upstream, workdir, settings).path
+        apply_series(tree, series, settings)  # import: strict, on the old pin
+        git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
+        git("checkout", "--quiet", "--detach", onto, cwd=tree)
+        numbers = [int(e.name[:4]) for e in series.entries
+                   if isinstance(e, LocalPatch) and e.name[:4].isdigit()]
+        state = RefreshState(upstream, pin.commit, onto, series.digest,
+                             next_number=max(numbers, default=0) + 1)
+        state.save(tree)
 
-    workdir = settings.build_root / "refresh" / upstream
-    tree = sources.export_source(lock, upstream, workdir, settings).path
-    applied = apply_series(tree, series, settings)  # import: strict, on the old pin
-    git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
-    git("checkout", "--quiet", "--detach", onto, cwd=tree)
-
-    new_lines: dict[int, list[str]] = {}  # series line -> replacement lines
-    new_files: dict[str, bytes] = {}
-    numbers = [int(e.name[:4]) for e in series.entries
-               if isinstance(e, LocalPatch) and e.name[:4].isdigit()]
-    next_number = max(numbers, default=0) + 1
-    for entry, old_commit in zip(series.entries, (a.commit for a in applied)):
+    old_commits = git_out("rev-list", "--reverse", f"{pin.commit}..patch-queue/old",
+                          cwd=tree).split()
+    for index in range(state.next_index, len(series.entries)):
+        entry = series.entries[index]
         where = f"{series.path}:{entry.line} ({entry.label})"
         item = None
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)
             item = ResolvedEntry(entry, where, backport.diff, backport.files, backport.info)
-            failing = _strictly_failing_files(tree, item)
-        try:
-            picked = _replay(tree, old_commit)
-        except SglforgeError as exc:
-            git("reset", "--quiet", "--hard", "HEAD", cwd=tree)
-            raise SglforgeError(
-                f"refresh of {upstream} onto {onto[:12]} stopped at {where}: {exc}. "
-                f"Nothing in {project.patches_dir / upstream} or the lockfile was changed.",
-                hint=f"the scratch tree {tree} has the series imported up to that entry "
-                     "(branch patch-queue/old holds the old series); resolve by hand, or fix "
-                     "the patch and refresh again") from None
-        if picked is None:
-            new_lines[entry.line] = [f"# dropped by refresh onto {onto[:12]} (already "
-                                     f"upstream): {entry.label}"]
-            result.lines.append(f"dropped   {entry.label} (its change is already in "
-                                f"{onto[:12]})")
-            continue
-        if isinstance(entry, LocalPatch):
-            new_files[entry.name] = git(*FORMAT_PATCH, picked, cwd=tree).stdout
-            new_lines[entry.line] = [entry.name]
-            changed = "regenerated" if new_files[entry.name] != entry.data else "unchanged"
-            result.lines.append(f"{changed:<9} {entry.name}")
-        elif failing:
-            narrowed, name, patch = _split_backport(tree, item, picked, failing, onto,
-                                                    next_number)
-            next_number += 1
-            new_files[name] = patch
-            head = narrowed.render() if narrowed else (
-                f"# {entry.render()}  # no file applies strictly to {onto[:12]}; "
-                f"carried by {name}")
-            new_lines[entry.line] = [head, name]
-            result.lines.append(f"split     {entry.label}: {', '.join(failing)} no longer "
-                                f"apply strictly -> excluded, resolution in {name}")
+        if state.pending and state.pending["index"] == index:
+            failing = state.pending["failing"]
+            picked = _finish_by_hand(tree, old_commits[index], where)
         else:
-            new_lines[entry.line] = [entry.render()]
-            result.lines.append(f"kept      {entry.label} (applies strictly)")
+            failing = _strictly_failing_files(tree, item) if item else []
+            try:
+                picked = _replay(tree, old_commits[index])
+            except SglforgeError as exc:
+                state.next_index = index
+                state.pending = {"index": index, "failing": failing}
+                state.save(tree)
+                raise SglforgeError(
+                    f"refresh of {upstream} onto {onto[:12]} stopped at {where}: {exc}. "
+                    f"Nothing in {project.patches_dir / upstream} or the lockfile was changed.",
+                    hint=f"resolve the conflicts in {tree} and `git add` the files, then run "
+                         f"`patches refresh {upstream} --continue` (or `--abort`)") from None
+        state.pending = None
+        _record(state, entry, item, picked, failing, tree, onto)
+        state.next_index = index + 1
+        state.save(tree)
+    result = RefreshResult(upstream, pin.commit, onto, list(state.lines))
+    _export(project, lock, series, state, settings, result)
+    remove_tree(workdir)
+    return result
 
-    # Export: verify the new series applies strictly to the new pin before writing anything.
+
+def _finish_by_hand(tree: Path, old_commit: str, where: str) -> str | None:
+    """Commit what the user resolved for a stopped entry (None when it ended up empty)."""
+    conflicted = _conflicts(tree)
+    if conflicted:
+        raise SglforgeError(f"{where}: still unresolved in {tree}: {', '.join(conflicted)}",
+                            hint="edit the files, `git add` them, and run --continue again")
+    git("add", "-u", cwd=tree)
+    if git("diff", "--cached", "--quiet", cwd=tree, check=False).returncode == 0:
+        git("cherry-pick", "--quit", cwd=tree, check=False)
+        return None
+    git("commit", "--quiet", "--no-verify", "-C", old_commit, cwd=tree, config=STRICT,
+        env=_commit_env(tree, old_commit))
+    git("cherry-pick", "--quit", cwd=tree, check=False)
+    return git_out("rev-parse", "HEAD", cwd=tree)
+
+
+def _record(state: RefreshState, entry, item, picked: str | None, failing: list[str],  # noqa: ANN001
+            tree: Path, onto: str) -> None:
+    """Turn one rebased entry into its new series line(s) and patch file."""
+    key = str(entry.line)
+    if picked is None:
+        state.new_lines[key] = [f"# dropped by refresh onto {onto[:12]} (already upstream): "
+                                f"{entry.label}"]
+        state.lines.append(f"dropped   {entry.label} (its change is already in {onto[:12]})")
+    elif isinstance(entry, LocalPatch):
+        data = git(*FORMAT_PATCH, picked, cwd=tree).stdout
+        state.new_files[entry.name] = data.decode("latin-1")
+        state.new_lines[key] = [entry.name]
+        changed = "regenerated" if data != entry.data else "unchanged"
+        state.lines.append(f"{changed:<9} {entry.name}")
+    elif failing:
+        narrowed, name, patch = _split_backport(tree, item, picked, failing, onto,
+                                                state.next_number)
+        state.next_number += 1
+        state.new_files[name] = patch.decode("latin-1")
+        head = narrowed.render() if narrowed else (
+            f"# {entry.render()}  # no file applies strictly to {onto[:12]}; carried by {name}")
+        state.new_lines[key] = [head, name]
+        state.lines.append(f"split     {entry.label}: {', '.join(failing)} no longer apply "
+                           f"strictly -> excluded, resolution in {name}")
+    else:
+        state.new_lines[key] = [entry.render()]
+        state.lines.append(f"kept      {entry.label} (applies strictly)")
+
+
+def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # noqa: ANN001
+            settings: Settings, result: RefreshResult) -> None:
+    """Check the new series on a fresh export of the new pin, then write it and the pin."""
+    upstream, onto = state.upstream, state.onto
     series_text = []
     for number, line in enumerate(series.text.decode().splitlines(), 1):
-        series_text += new_lines.get(number, [line])
-    patch_dir = project.patches_dir / upstream
+        series_text += state.new_lines.get(str(number), [line])
+    new_files = {name: text.encode("latin-1") for name, text in state.new_files.items()}
     staged_project = Project(settings.build_root / "refresh" / f"{upstream}-export")
     remove_tree(staged_project.root)
     staged_dir = staged_project.patches_dir / upstream
@@ -210,6 +309,7 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str,
     apply_series(check_tree, load_series(staged_project, upstream), settings)
     remove_tree(check_tree)
 
+    patch_dir = project.patches_dir / upstream
     for entry in series.entries:
         if isinstance(entry, LocalPatch) and entry.name not in new_files:
             (patch_dir / entry.name).unlink()
@@ -218,7 +318,8 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str,
     atomic_write_bytes(patch_dir / "series", (staged_dir / "series").read_bytes())
     remove_tree(staged_project.root)
 
-    git_dir = cache.git_dir(pin.url)
+    pin = lock.get(upstream)
+    git_dir = sources.SourceCache(settings.cache_dir).git_dir(pin.url)
     updates = {"commit": onto,
                "date": git_out("log", "-1", "--format=%cs", onto, git_dir=git_dir)}
     if pin.tree:
@@ -233,5 +334,3 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str,
         elif sub.commit != commit:
             result.lines.append(f"note      {sub.name}: {onto[:12]} records {commit}, pinned "
                                 f"{sub.commit}; update the pin if the bump is wanted")
-    remove_tree(workdir)
-    return result
