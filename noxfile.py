@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
 
@@ -18,7 +19,8 @@ SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
-    session.run("python", "-m", "sglforge", verb, *session.posargs, env=SRC_ENV, external=True)
+    session.run(sys.executable, "-m", "sglforge", verb, *session.posargs, env=SRC_ENV,
+                external=True)
 
 
 @nox.session(python=False)

@@ -69,8 +69,10 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(result.summary())
         return 0
     all_series = load_all_series(project, lock, names)
+    # Checking needs only the upstreams themselves; applying for a build needs everything.
     sources.fetch_sources(lock, names, settings, offline=args.offline,
-                          extra=backport_wants(all_series))
+                          extra=backport_wants(all_series),
+                          with_children=args.action == "apply")
     failures = 0
     for series in all_series:
         name = series.upstream
@@ -84,7 +86,8 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
                 print(f"          {item.commit[:12]} {item.label}")
             continue
         with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{name}-") as tmp:
-            tree = sources.export_source(lock, name, Path(tmp) / name, settings)
+            tree = sources.export_source(lock, name, Path(tmp) / name, settings,
+                                         with_submodules=False)
             try:
                 applied = apply_series(tree.path, series, settings)
             except SglforgeError as exc:

@@ -189,14 +189,15 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
         if not onto or not FULL_SHA.fullmatch(onto):
             raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
         sources.fetch_sources(lock, [upstream], settings, offline=offline,
-                              extra=backport_wants([series]))
+                              extra=backport_wants([series]), with_children=False)
         cache = sources.SourceCache(settings.cache_dir)
         with cache.locked():
             fetched = sources.fetch_commit(
                 cache, sources.GitWant(pin.url, onto, f"{upstream} --onto"), settings, offline)
         if fetched == "missing":
             raise SglforgeError(f"offline: {upstream} commit {onto} is not in the cache")
-        tree = sources.export_source(lock, upstream, workdir, settings).path
+        tree = sources.export_source(lock, upstream, workdir, settings,
+                                     with_submodules=False).path
         apply_series(tree, series, settings)  # import: strict, on the old pin
         git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
         git("checkout", "--quiet", "--detach", onto, cwd=tree)
@@ -305,7 +306,7 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     new_lock = Lockfile(lock.path, tuple(
         p if p.name != upstream else dataclasses.replace(p, commit=onto, tree=None)
         for p in lock.pins))
-    sources.export_source(new_lock, upstream, check_tree, settings)
+    sources.export_source(new_lock, upstream, check_tree, settings, with_submodules=False)
     apply_series(check_tree, load_series(staged_project, upstream), settings)
     remove_tree(check_tree)
 

@@ -236,9 +236,11 @@ def check_submodule_pins(lock: Lockfile, cache: SourceCache, pin: Pin) -> list[s
 
 
 def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offline: bool,
-                  extra: list[GitWant] = ()) -> FetchReport:
+                  extra: list[GitWant] = (), with_children: bool = True) -> FetchReport:
     """Fetch the closure of `names` (all upstreams if empty) plus `extra` commits.
 
+    `with_children=False` fetches only the named sources themselves: enough to check patch
+    series, which never reach into submodules or FetchContent archives.
     Offline, nothing is fetched; every missing item is listed in one error.
     """
     cache = SourceCache(settings.cache_dir)
@@ -246,7 +248,8 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     targets = names or [p.name for p in lock.upstreams()]
     pins: list[Pin] = []
     for name in targets:
-        pins += [p for p in lock.closure(name) if p not in pins]
+        closure = lock.closure(name) if with_children else [lock.get(name)]
+        pins += [p for p in closure if p not in pins]
     with cache.locked():
         for pin in pins:
             label = f"{pin.name} {pin.short}"
@@ -276,7 +279,7 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
                 hint="run `nox -s fetch` on a connected host and move the cache with "
                      "`--bundle FILE` / `--from-bundle FILE`")
         for pin in pins:
-            if pin.is_git:
+            if pin.is_git and with_children:
                 report.warnings += check_submodule_pins(lock, cache, pin)
     return report
 
@@ -350,11 +353,13 @@ def _extract_tarball(path: Path, dest: Path, label: str) -> None:
             archive.extract(member, dest, **kwargs)
 
 
-def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings) -> ExportedTree:
+def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
+                  with_submodules: bool = True) -> ExportedTree:
     """Export a clean tree of `name` at `dest`, replacing what is there only on success.
 
     Git upstreams become a git work tree detached at the pin (patches are then committed on
-    top), with pinned submodules placed as plain files. Tarballs are extracted.
+    top), with pinned submodules placed as plain files (unless `with_submodules` is off, as
+    for checking patches). Tarballs are extracted.
     """
     cache = SourceCache(settings.cache_dir)
     pin = lock.get(name)
@@ -368,7 +373,7 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings) -> 
             git("clone", "--quiet", "--shared", "--no-checkout", str(git_dir), str(staged))
             git("checkout", "--quiet", "--detach", pin.commit, cwd=staged)
             git("remote", "remove", "origin", cwd=staged)
-            placed = _place_submodules(lock, cache, pin, staged)
+            placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
         else:
             tarball = cache.tarball(pin.sha256)
             if not tarball.exists():
