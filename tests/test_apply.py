@@ -228,3 +228,19 @@ def test_series_file_problems_are_reported_with_lines(world, upstreams, capsys):
     assert "line 1: patch file" in err and "does not exist" in err
     assert "line 2: backport commit 'abc' must be a full 40-hex commit id" in err
     assert "line 3: '../evil.patch' is not a patch file name" in err
+
+
+def test_check_against_a_directory_snapshot(world, upstreams, capsys, tmp_path):
+    patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
+    world.write_series("alpha", ["0001-fix-f3.patch"], {"0001-fix-f3.patch": patch})
+    # A release artefact holding only the package directory, as a wheel would.
+    unpacked = tmp_path / "wheel-tree"
+    (unpacked / "alpha").mkdir(parents=True)
+    (unpacked / "alpha/core.py").write_text(
+        (upstreams.alpha.path / "src/alpha/core.py").read_text())
+    (unpacked / "alpha/__init__.py").write_text("VALUE = 1\n")
+    args = world.cli_args() + ["patches", "check", "alpha", "--against", str(unpacked)]
+    assert main(args + ["--against-prefix", "src"]) == 0
+    assert "1 entry apply strictly to" in capsys.readouterr().out
+    assert main(args) == 2  # without the prefix the paths do not exist
+    assert "the patch changes it, but it does not exist" in capsys.readouterr().err

@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="refresh: resume after resolving a conflict in the scratch tree")
     p.add_argument("--abort", action="store_true", help="refresh: drop a stopped refresh")
     p.add_argument("--offline", action="store_true", help="use only the source cache")
+    p.add_argument("--against", type=Path, metavar="DIR",
+                   help="check: apply to a copy of DIR instead of the pinned commit (e.g. the "
+                        "python/ tree of a release wheel when the repository is out of reach)")
+    p.add_argument("--against-prefix", default="", metavar="PATH",
+                   help="with --against: where DIR sits inside the upstream tree (e.g. python)")
     p.set_defaults(func=run_patches)
 
 
@@ -69,6 +74,10 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(result.summary())
         return 0
     all_series = load_all_series(project, lock, names)
+    if args.against:
+        if args.action != "check" or len(names) != 1:
+            raise SglforgeError("--against works with `patches check UPSTREAM` (one upstream)")
+        return _check_against(args, all_series[0], settings)
     # Checking needs only the upstreams themselves; applying for a build needs everything.
     sources.fetch_sources(lock, names, settings, offline=args.offline,
                           extra=backport_wants(all_series),
@@ -98,6 +107,22 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
                   f"apply strictly to {lock.get(name).short} (patchset {series.patchset8})")
     if failures:
         raise SglforgeError(f"{failures} series failed to apply")
+    return 0
+
+
+def _check_against(args: argparse.Namespace, series, settings) -> int:  # noqa: ANN001
+    cache = sources.SourceCache(settings.cache_dir)
+    with cache.locked():
+        for want in backport_wants([series]):
+            if sources.fetch_commit(cache, want, settings, args.offline) == "missing":
+                raise SglforgeError(f"offline: {want.label}: commit {want.commit} not cached")
+    with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{series.upstream}-") as tmp:
+        tree = sources.snapshot_directory(args.against, Path(tmp) / series.upstream,
+                                          args.against_prefix)
+        applied = apply_series(tree, series, settings)
+    print(f"ok        {series.upstream}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'}"
+          f" apply strictly to {args.against} (as {args.against_prefix or '.'}/; "
+          f"patchset {series.patchset8})")
     return 0
 
 

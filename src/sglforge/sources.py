@@ -390,6 +390,27 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
                         placed=tuple(placed))
 
 
+def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
+    """A git work tree at `dest` holding a copy of `source` under `prefix`, as one commit.
+
+    For checking a series against a tree that is not a pinned commit (e.g. the python/ tree
+    of a release wheel). Symlinks are copied as links; nothing outside `source` is read.
+    """
+    if not source.is_dir():
+        raise SglforgeError(f"{source}: not a directory")
+    target = dest / prefix if prefix else dest
+    if PurePosixPath(prefix).is_absolute() or ".." in PurePosixPath(prefix).parts:
+        raise SglforgeError(f"--against-prefix {prefix!r} must be a relative path")
+    shutil.copytree(source, target, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+    git("init", "--quiet", str(dest))
+    git("add", "-A", cwd=dest)
+    git("commit", "--quiet", "--no-verify", "-m", f"snapshot of {source}", cwd=dest,
+        env={"GIT_AUTHOR_NAME": "sglforge", "GIT_AUTHOR_EMAIL": "sglforge@localhost",
+             "GIT_COMMITTER_NAME": "sglforge", "GIT_COMMITTER_EMAIL": "sglforge@localhost"})
+    return dest
+
+
 def _sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
