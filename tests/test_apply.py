@@ -12,8 +12,8 @@ from sglforge.backport import digest_of
 from sglforge.cli import main
 from sglforge.errors import SglforgeError
 from sglforge.pins import parse_lockfile
-from sglforge.series import load_series
 from sglforge.project import Project
+from sglforge.series import load_series
 from tests.fixtures.gitrepos import local_patch, run_git
 
 

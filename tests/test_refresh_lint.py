@@ -11,7 +11,6 @@ from sglforge.lint import lint_project
 from sglforge.pins import parse_lockfile
 from sglforge.project import Project
 from tests.fixtures.gitrepos import local_patch, run_git
-
 from tests.test_apply import edit_core
 
 
