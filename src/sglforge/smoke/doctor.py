@@ -192,6 +192,9 @@ def busy_ports(ports: dict[int, str], host: str) -> dict[int, str]:
     busy = {}
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # Like the servers themselves (uvicorn, http.server): connections of a previous
+            # run lingering in TIME_WAIT do not block a new listener; a live listener does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError as exc:
