@@ -115,6 +115,12 @@ class ProcessSet:
             if process.exit_status() is not None:
                 raise ProcessExited(process, during)
 
+    def wait_for_any_exit(self, seconds: float) -> None:
+        """Return as soon as one process has exited, or after `seconds`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.dead():
+            time.sleep(0.05)
+
     def dead(self) -> list[ManagedProcess]:
         return [p for p in self.processes if p.exit_status() is not None]
 

@@ -266,6 +266,9 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                 steps.say(f"check {name}: {'pass' if result.passed else 'FAIL'} — "
                           f"{result.detail}")
                 # A failed request is often a dead server: name it rather than the symptom.
+                # The router can answer 502 a moment before the kernel reports the exit.
+                if not result.passed:
+                    processes.wait_for_any_exit(seconds=2.0)
                 processes.check_alive(f"check '{name}'")
             failed = [c.name for c in report.checks if not c.passed]
             detail.append(f"{len(report.checks) - len(failed)} passed"
