@@ -121,7 +121,7 @@ class SmokeProject:
 
     def smoke(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.command("smoke", *args), capture_output=True, text=True,
-                              timeout=timeout, env=self.env())
+                              timeout=timeout, env=self.env(), check=False)
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "sglforge", "--project", str(self.root), *args]

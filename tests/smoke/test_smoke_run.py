@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from sglforge.smoke.processes import group_members
 
 from .conftest import SmokeProject
@@ -169,7 +171,9 @@ def test_port_in_use_is_a_clear_error_before_anything_starts(smoke_project: Smok
     assert smoke_project.report()["failure"]["stage"] == "doctor"
 
 
-def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_venv: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_venv: Path,
+                                      sig: signal.Signals) -> None:
     # Decode never becomes healthy (long deadline) so the smoke is mid-wait when interrupted;
     # prefill ignores SIGTERM, so teardown has to escalate to SIGKILL.
     smoke_project.write_profile(
@@ -191,15 +195,28 @@ def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_ven
             raise AssertionError("servers never started")
         time.sleep(0.5)
         assert all(group_members(e["pgid"]) for e in entries)
-        smoke.send_signal(signal.SIGINT)
+        smoke.send_signal(sig)
         out, err = smoke.communicate(timeout=30)
     finally:
         if smoke.poll() is None:
             smoke.kill()
-    assert smoke.returncode == 130, out + err
+    assert smoke.returncode == 128 + sig, out + err
     report = smoke_project.report()
     assert report["result"] == "interrupted"
+    assert sig.name in report["failure"]["message"]
     assert report["teardown"]["signalled"]["prefill"] == "SIGKILL"
     assert report["teardown"]["survivors"] == {}
     _assert_nothing_survives(smoke_project)
     assert os.path.exists(smoke_project.run_dir / "smoke-summary.txt")
+
+
+def test_missing_third_party_wheel_fails_install_with_pip_output(
+        smoke_project: SmokeProject) -> None:
+    for wheel in (smoke_project.root / "wheelhouse").iterdir():
+        wheel.unlink()
+    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir))
+    assert result.returncode == 2
+    assert "pip install failed" in result.stderr
+    assert "tinydep" in result.stderr  # pip's own words about what it could not find
+    assert "hint: third-party pins come from [install] wheelhouse" in result.stderr
+    assert not (smoke_project.run_dir / "processes.json").exists()

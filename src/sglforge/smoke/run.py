@@ -27,7 +27,7 @@ from sglforge.smoke.readiness import NotReady, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
 from sglforge.smoke.wheelset import WheelSet, load_wheelset
 
-EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
 
 
 @dataclass(frozen=True)
@@ -171,11 +171,13 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
                         code = EXIT_FAIL
                         print(f"error: processes survived teardown: {result.survivors}",
                               file=err)
-    except (KeyboardInterrupt, Terminated):
+    except (KeyboardInterrupt, Terminated) as exc:
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
         report.result = "interrupted"
-        report.failure = report.failure or Failure("interrupted", "interrupted by signal; all "
-                                                   "process groups were torn down")
-        code = EXIT_INTERRUPTED
+        report.failure = Failure("interrupted", f"interrupted by {name}; all process groups "
+                                 "were torn down")
+        # The shell convention 128 + signal number.
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except SmokeFailed as exc:
         report.failure = exc.failure
         code = EXIT_FAIL
