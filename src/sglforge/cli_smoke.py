@@ -60,6 +60,11 @@ def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
     out = getattr(args, "out", None)
     run_dir = (out or project.root / "build" / "smoke" / profile.name).resolve()
     venv = args.venv.resolve() if args.venv else None
+    if venv is not None and not (venv / "bin" / "python").exists():
+        from sglforge.errors import SglforgeError
+
+        raise SglforgeError(f"--venv {venv}: no bin/python there",
+                            hint="run the smoke once without --venv to create it")
     return SmokeOptions(
         profile=profile, project_root=project.root, run_dir=run_dir,
         wheels_dir=(args.wheels_dir or project.wheels_dir).resolve(),

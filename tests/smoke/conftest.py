@@ -91,13 +91,13 @@ class SmokeProject:
 
     def write_profile(self, name: str = "standin", *, prefill_env: dict | None = None,
                       decode_env: dict | None = None, timeouts: dict | None = None,
-                      checks: dict | None = None) -> Path:
+                      checks: dict | None = None, server_command: list[str] | None = None) -> Path:
         profile = {
             "description": "stand-in PD pair for tests",
             "model": "standin-model", "backend": "nixl", "host": "127.0.0.1",
             "requires-gpu": False, "numa-binding": False,
             "install": {"wheelhouse": "wheelhouse"},
-            "server": {"command": [sys.executable, str(STANDIN)],
+            "server": {"command": server_command or [sys.executable, str(STANDIN)],
                        "args": ["--trust-remote-code"],
                        "env": {"STANDIN_RUN_DIR": "{run_dir}"}},
             "prefill": {"gpus": [0, 1], "numa-node": 0, "tp": 2, "port": self.ports["prefill"],

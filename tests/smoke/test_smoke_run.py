@@ -220,3 +220,15 @@ def test_missing_third_party_wheel_fails_install_with_pip_output(
     assert "tinydep" in result.stderr  # pip's own words about what it could not find
     assert "hint: third-party pins come from [install] wheelhouse" in result.stderr
     assert not (smoke_project.run_dir / "processes.json").exists()
+
+
+def test_server_that_cannot_start_fails_cleanly(smoke_project: SmokeProject,
+                                                installed_venv: Path) -> None:
+    smoke_project.write_profile(server_command=["/nonexistent/launch_server"])
+    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
+                                 "--venv", str(installed_venv))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot start prefill: /nonexistent/launch_server: No such file or directory" \
+        in result.stderr
+    assert "Traceback" not in result.stderr
+    assert smoke_project.report()["failure"]["stage"] == "launch"

@@ -49,6 +49,14 @@ class ManagedProcess:
         return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
 
+class LaunchError(Exception):
+    """A process could not be started at all (missing program, bad permissions)."""
+
+    def __init__(self, role: str, message: str) -> None:
+        self.role = role
+        super().__init__(message)
+
+
 class ProcessExited(Exception):
     """A launched process ended while it should be serving."""
 
@@ -103,9 +111,14 @@ class ProcessSet:
         with open(command.log, "ab") as log:
             log.write(f"$ {command.shell()}\n".encode())
             log.flush()
-            popen = subprocess.Popen(
-                command.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **command.env}, start_new_session=True)
+            try:
+                popen = subprocess.Popen(
+                    command.argv, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env={**os.environ, **command.env},
+                    start_new_session=True)
+            except OSError as exc:
+                raise LaunchError(command.role, f"cannot start {command.role}: "
+                                  f"{command.argv[0]}: {exc.strerror or exc}") from None
         process = ManagedProcess(command, popen)
         self.processes.append(process)
         return process

@@ -19,10 +19,14 @@ class NotReady(Exception):
 
 
 def wait_ready(processes: ProcessSet, process: ManagedProcess, path: str, seconds: float,
-               poll: float = 0.25) -> float:
-    """Poll `process`'s `path` until 200; return the seconds it took."""
+               poll: float = 0.25, deadline: float | None = None) -> float:
+    """Poll `process`'s `path` until 200; return the seconds it took.
+
+    `deadline` (time.monotonic) lets servers that load in parallel share one budget of
+    `seconds` instead of getting it one after the other.
+    """
     start = time.monotonic()
-    deadline = start + seconds
+    deadline = start + seconds if deadline is None else deadline
     last = "no answer yet"
     while True:
         processes.check_alive(f"waiting for {process.role} {path}")

@@ -21,7 +21,7 @@ from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.install import InstallPlan, install, plan_install, venv_python
-from sglforge.smoke.processes import ProcessExited, ProcessSet, log_tail
+from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.readiness import NotReady, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
@@ -211,6 +211,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
     python = venv_python(opts.venv)
     with steps.stage("doctor") as detail:
         facts = doctor.gather_host_facts(profile, python if opts.reuse_venv else None)
+        report.host.update(_host_summary(facts))
         _judge(profile, wheelset, facts, report, steps, detail)
 
     with steps.stage("install") as detail:
@@ -241,15 +242,14 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                          "env": command.env, "log": str(command.log)})
             _write_processes(opts.run_dir, report)
             detail.append(", ".join(f"{p['role']} pid {p['pid']}" for p in report.processes))
-        with steps.stage("health") as detail:
-            for process in list(processes.processes):
-                waited = wait_ready(processes, process, "/health", timeouts.health)
-                detail.append(f"{process.role} {waited:.1f} s")
-        with steps.stage("health_generate") as detail:
-            for process in list(processes.processes):
-                waited = wait_ready(processes, process, "/health_generate",
-                                    timeouts.health_generate)
-                detail.append(f"{process.role} {waited:.1f} s")
+        # Both servers load at the same time, so they share one deadline per endpoint.
+        for endpoint, seconds in (("/health", timeouts.health),
+                                  ("/health_generate", timeouts.health_generate)):
+            with steps.stage(endpoint.lstrip("/")) as detail:
+                deadline = time.monotonic() + seconds
+                for process in list(processes.processes):
+                    waited = wait_ready(processes, process, endpoint, seconds, deadline=deadline)
+                    detail.append(f"{process.role} ready at {waited:.1f} s")
         with steps.stage("router") as detail:
             steps.say(f"starting {plan.router.summary}")
             router = processes.start(plan.router)
@@ -280,6 +280,8 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             _print_failure(report.failure, sys.stderr)
             return EXIT_FAIL
         return EXIT_PASS
+    except LaunchError as exc:
+        raise SmokeFailed(Failure(stage="launch", message=str(exc), process=exc.role)) from None
     except ProcessExited as exc:
         process = exc.process
         raise SmokeFailed(Failure(
@@ -312,3 +314,11 @@ def _judge(profile: SmokeProfile, wheelset: WheelSet, facts: doctor.HostFacts,
 def _write_processes(run_dir: Path, report: SmokeReport) -> None:
     """pids and process groups of this run, for an operator (or a test) to verify teardown."""
     atomic_write_text(run_dir / "processes.json", json.dumps(report.processes, indent=2) + "\n")
+
+
+def _host_summary(facts: doctor.HostFacts) -> dict:
+    return {"driver": facts.driver_version or "", "nvcc": facts.nvcc_version or "",
+            "gpus": "; ".join(f"{g.index}: {g.name} cc {g.compute_cap} numa {g.numa_node}"
+                              for g in facts.gpus) or (facts.nvidia_smi_error or ""),
+            "numa_nodes": ",".join(map(str, facts.numa_nodes or ())),
+            "torch": facts.torch_version or ""}
