@@ -232,3 +232,19 @@ def test_server_that_cannot_start_fails_cleanly(smoke_project: SmokeProject,
         in result.stderr
     assert "Traceback" not in result.stderr
     assert smoke_project.report()["failure"]["stage"] == "launch"
+
+
+def test_closed_stdout_does_not_prevent_teardown(smoke_project: SmokeProject,
+                                                 installed_venv: Path) -> None:
+    """`sglforge smoke | head` closes the pipe early; the servers must still be torn down."""
+    smoke = subprocess.Popen(
+        smoke_project.command("smoke", "--profile", "standin", "--out",
+                              str(smoke_project.run_dir), "--venv", str(installed_venv)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=smoke_project.env())
+    smoke.stdout.readline()
+    smoke.stdout.close()
+    smoke.wait(timeout=60)
+    smoke.stderr.close()
+    assert smoke_project.report()["result"] == "pass"
+    assert smoke_project.report()["teardown"]["survivors"] == {}
+    _assert_nothing_survives(smoke_project)

@@ -123,12 +123,13 @@ def _sigterm_as_exception() -> Iterator[None]:
 class _Stages:
     """Times named steps into the report and prints one line per step."""
 
-    def __init__(self, report: SmokeReport, out: TextIO) -> None:
+    def __init__(self, report: SmokeReport, out: TextIO, err: TextIO) -> None:
         self.report = report
         self.out = out
+        self.err = err
 
     def say(self, text: str) -> None:
-        print(f"[smoke] {text}", file=self.out, flush=True)
+        _safe_print(f"[smoke] {text}", self.out)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[list[str]]:
@@ -153,7 +154,7 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     run_dir.mkdir(parents=True, exist_ok=True)
     report = SmokeReport(profile=profile.name, profile_path=str(profile.path),
                          model=profile.model, backend=profile.backend, run_dir=str(run_dir))
-    steps = _Stages(report, out)
+    steps = _Stages(report, out, err)
     processes = ProcessSet(grace=profile.timeouts.teardown)
     code = EXIT_FAIL
     try:
@@ -161,16 +162,18 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
             try:
                 code = _pipeline(opts, report, steps, processes)
             finally:
+                # Tear down before any printing: output can fail (a closed pipe) and must
+                # never stand between us and GPUs held by orphaned servers.
                 if processes.processes:
-                    steps.say("teardown: SIGTERM to every process group")
                     result = processes.teardown()
                     report.teardown = {"signalled": result.signalled,
                                        "survivors": result.survivors,
                                        "seconds": round(result.seconds, 3)}
+                    steps.say(f"teardown: {result.signalled} in {result.seconds:.1f} s")
                     if result.survivors:
                         code = EXIT_FAIL
-                        print(f"error: processes survived teardown: {result.survivors}",
-                              file=err)
+                        _safe_print(f"error: processes survived teardown: {result.survivors}",
+                                    err)
     except (KeyboardInterrupt, Terminated) as exc:
         name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
         report.result = "interrupted"
@@ -185,19 +188,26 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     if report.result == "running":
         report.result = "pass" if code == EXIT_PASS else "fail"
     report_path, summary_path = report.write(run_dir)
-    print("", file=out)
-    print(report.summary_text(), file=out, end="")
-    print(f"\nreport: {report_path}\nsummary: {summary_path}", file=out, flush=True)
+    _safe_print("\n" + report.summary_text() + f"\nreport: {report_path}\nsummary: "
+                f"{summary_path}", out)
     return code
+
+
+def _safe_print(text: str, stream: TextIO) -> None:
+    """Print, ignoring a closed or broken output stream (`sglforge smoke | head`)."""
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _print_failure(failure: Failure, err: TextIO) -> None:
     who = f"{failure.process} ({failure.exit})" if failure.process else failure.stage
-    print(f"error: smoke failed in {failure.stage}: {failure.message}", file=err)
+    lines = [f"error: smoke failed in {failure.stage}: {failure.message}"]
     if failure.log_tail is not None:
-        print(f"--- last lines of {who} log {failure.log} ---", file=err)
-        print(failure.log_tail, file=err)
-        print("--- end of log ---", file=err, flush=True)
+        lines += [f"--- last lines of {who} log {failure.log} ---", failure.log_tail,
+                  "--- end of log ---"]
+    _safe_print("\n".join(lines), err)
 
 
 def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
@@ -277,7 +287,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                           + (f", failed: {', '.join(failed)}" if failed else ""))
         if failed:
             report.failure = Failure("checks", f"check(s) failed: {', '.join(failed)}")
-            _print_failure(report.failure, sys.stderr)
+            _print_failure(report.failure, steps.err)
             return EXIT_FAIL
         return EXIT_PASS
     except LaunchError as exc:
