@@ -91,7 +91,8 @@ class SmokeProject:
 
     def write_profile(self, name: str = "standin", *, prefill_env: dict | None = None,
                       decode_env: dict | None = None, timeouts: dict | None = None,
-                      checks: dict | None = None, server_command: list[str] | None = None) -> Path:
+                      checks: dict | None = None, server_command: list[str] | None = None,
+                      router_command: list[str] | None = None) -> Path:
         profile = {
             "description": "stand-in PD pair for tests",
             "model": "standin-model", "backend": "nixl", "host": "127.0.0.1",
@@ -106,7 +107,8 @@ class SmokeProject:
                        "env": decode_env or {}},
             # The real router from PyPI, from the test venv (the smoke venv holds only the
             # tiny test wheels).
-            "router": {"command": [sys.executable, "-m", "sglang_router.launch_router"],
+            "router": {"command": router_command
+                       or [sys.executable, "-m", "sglang_router.launch_router"],
                        "port": self.ports["router"]},
             "timeouts": {"health": 20, "health-generate": 10, "router": 30, "request": 20,
                          "teardown": 5, **(timeouts or {})},

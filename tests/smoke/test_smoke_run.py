@@ -248,3 +248,15 @@ def test_closed_stdout_does_not_prevent_teardown(smoke_project: SmokeProject,
     assert smoke_project.report()["result"] == "pass"
     assert smoke_project.report()["teardown"]["survivors"] == {}
     _assert_nothing_survives(smoke_project)
+
+
+def test_router_missing_from_the_smoke_venv_is_named_before_launch(
+        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    # The shipped profile runs the router from the smoke venv; the test lock lacks it.
+    smoke_project.write_profile(router_command=["{python}", "-m", "sglang_router.launch_router"])
+    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
+                                 "--venv", str(installed_venv))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[router] command: module 'sglang_router' is not installed" in result.stderr
+    assert "sglang-router==0.3.2" in result.stderr
+    assert not (smoke_project.run_dir / "processes.json").exists()

@@ -87,3 +87,20 @@ def installed_version(python: Path, name: str) -> str | None:
     result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
                             check=False)
     return result.stdout.strip() or None
+
+
+def missing_launch_modules(python: Path, commands: dict[str, tuple[str, ...]]) -> list[str]:
+    """For commands of the form `{python} -m pkg.module`, the ones whose top-level package is
+    not installed in the venv (e.g. sglang-router left out of the lock). Checked without
+    importing: importing sglang takes seconds and needs a GPU."""
+    wanted = {where: argv[2].split(".")[0] for where, argv in commands.items()
+              if len(argv) >= 3 and argv[0] == "{python}" and argv[1] == "-m"}
+    if not wanted:
+        return []
+    code = ("import importlib.util, sys\n"
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+    result = subprocess.run([str(python), "-c", code, *sorted(set(wanted.values()))],
+                            capture_output=True, text=True, check=False)
+    absent = set(result.stdout.split()) if result.returncode == 0 else set(wanted.values())
+    return [f"{where}: module '{module}' is not installed in {python.parent.parent}"
+            for where, module in sorted(wanted.items()) if module in absent]

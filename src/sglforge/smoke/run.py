@@ -20,7 +20,13 @@ from sglforge.fsutil import atomic_write_text, remove_tree
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
-from sglforge.smoke.install import InstallPlan, install, plan_install, venv_python
+from sglforge.smoke.install import (
+    InstallPlan,
+    install,
+    missing_launch_modules,
+    plan_install,
+    venv_python,
+)
 from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.readiness import NotReady, wait_ready
@@ -239,6 +245,13 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                 steps.say(finding.render())
             if doctor.blocking(torch_findings):
                 raise SmokeFailed(Failure("install", torch_findings[0].message))
+
+        missing = missing_launch_modules(python, {"[server] command": profile.server.command,
+                                                  "[router] command": profile.router.command})
+        if missing:
+            raise SmokeFailed(Failure("install", "; ".join(missing) + " — pin the package "
+                                      "(e.g. sglang-router==0.3.2 with its hash) in "
+                                      f"{opts.lock.name}, or point the command elsewhere"))
 
     plan = opts.launch_plan()
     timeouts = profile.timeouts
