@@ -41,6 +41,19 @@ def patches(session: nox.Session) -> None:
     _sglforge(session, "patches")
 
 
+@nox.session(python=False)
+def smoke(session: nox.Session) -> None:
+    """GPU host: install wheels/ into a fresh venv, launch the PD pair + router, run checks
+    (-- --model PATH, --profile NAME, --dry-run). The smoke builds its own venv from the lock."""
+    _sglforge(session, "smoke")
+
+
+@nox.session(python=False)
+def doctor(session: nox.Session) -> None:
+    """Check this host against a smoke profile and the built wheels (-- --profile NAME)."""
+    _sglforge(session, "doctor")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (fixtures build synthetic upstream repos; no network needed)."""

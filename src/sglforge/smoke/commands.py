@@ -1,0 +1,94 @@
+"""The exact commands the smoke runs: one `LaunchCommand` per process, built once from the
+profile and shared by `--dry-run` (which prints them) and the launcher (which runs them).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge.smoke.profile import RoleSpec, SmokeProfile, expand
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    role: str  # prefill | decode | router
+    argv: tuple[str, ...]
+    env: dict[str, str]  # set on top of the inherited environment
+    log: Path
+    url: str  # base URL of its HTTP server
+    summary: str  # one line: what runs where
+
+    def shell(self) -> str:
+        """A copy-pasteable line: `ENV=... argv...`."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    prefill: LaunchCommand
+    decode: LaunchCommand
+    router: LaunchCommand
+
+    @property
+    def servers(self) -> tuple[LaunchCommand, LaunchCommand]:
+        return (self.prefill, self.decode)
+
+    @property
+    def all(self) -> tuple[LaunchCommand, LaunchCommand, LaunchCommand]:
+        return (self.prefill, self.decode, self.router)
+
+
+def build_launch_plan(profile: SmokeProfile, python: Path, run_dir: Path,
+                      project_root: Path) -> LaunchPlan:
+    values = {"python": str(python), "model": profile.model, "run_dir": str(run_dir),
+              "project": str(project_root)}
+    logs = run_dir / "logs"
+    prefill = _server(profile, profile.prefill, values, logs)
+    decode = _server(profile, profile.decode, values, logs)
+    router_argv = [expand(a, values) for a in profile.router.command]
+    router_argv += ["--pd-disaggregation",
+                    "--prefill", prefill.url, str(profile.prefill.bootstrap_port),
+                    "--decode", decode.url,
+                    "--host", profile.host, "--port", str(profile.router.port)]
+    router_argv += [expand(a, values) for a in profile.router.args]
+    router = LaunchCommand(
+        role="router", argv=tuple(router_argv),
+        env={k: expand(v, values) for k, v in profile.router.env.items()},
+        log=logs / "router.log", url=f"http://{profile.host}:{profile.router.port}",
+        summary=f"router: port {profile.router.port}, prefill {prefill.url} (bootstrap "
+                f"{profile.prefill.bootstrap_port}), decode {decode.url}")
+    return LaunchPlan(prefill=prefill, decode=decode, router=router)
+
+
+def _server(profile: SmokeProfile, role: RoleSpec, values: dict[str, str],
+            logs: Path) -> LaunchCommand:
+    argv: list[str] = []
+    if profile.numa_binding and role.numa_node is not None:
+        # CPU threads and host allocations (pinned KV staging buffers) stay on the socket the
+        # role's GPUs hang off; crossing UPI halves host<->GPU bandwidth.
+        argv += ["numactl", f"--cpunodebind={role.numa_node}", f"--membind={role.numa_node}"]
+    argv += [expand(a, values) for a in profile.server.command]
+    argv += ["--model-path", profile.model,
+             "--disaggregation-mode", role.role,
+             "--disaggregation-transfer-backend", profile.backend,
+             "--host", profile.host, "--port", str(role.port),
+             "--tp", str(role.tp)]
+    if role.bootstrap_port is not None:
+        argv += ["--disaggregation-bootstrap-port", str(role.bootstrap_port)]
+    argv += [expand(a, values) for a in profile.server.args]
+    argv += [expand(a, values) for a in role.args]
+    env = {k: expand(v, values) for k, v in profile.server.env.items()}
+    env.update({k: expand(v, values) for k, v in role.env.items()})
+    # Each role sees only its own GPUs, numbered from 0 inside the server.
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in role.gpus)
+    numa = f", NUMA node {role.numa_node}" if profile.numa_binding and role.numa_node is not None \
+        else ", no NUMA binding"
+    bootstrap = f", bootstrap {role.bootstrap_port}" if role.bootstrap_port is not None else ""
+    return LaunchCommand(
+        role=role.role, argv=tuple(argv), env=env, log=logs / f"{role.role}.log",
+        url=f"http://{profile.host}:{role.port}",
+        summary=f"{role.role}: GPUs {','.join(map(str, role.gpus))}{numa}, TP {role.tp}, "
+                f"port {role.port}{bootstrap}, backend {profile.backend}")

@@ -1,0 +1,106 @@
+"""Install a checked `WheelSet` into a fresh venv, hash-pinned, nothing resolved on the fly.
+
+`pip install --require-hashes` makes pip refuse anything not pinned with a hash in the lock,
+so the venv holds exactly the locked set: our wheels from wheels/, third-party pins from a
+local wheelhouse (find-links) or the configured index.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge.errors import SglforgeError
+from sglforge.fsutil import remove_tree
+from sglforge.smoke.profile import InstallSpec
+from sglforge.smoke.wheelset import WheelSet
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    venv: Path
+    create: tuple[str, ...]
+    pip: tuple[str, ...]
+    env: dict[str, str]
+
+    @property
+    def python(self) -> Path:
+        return venv_python(self.venv)
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpec) -> InstallPlan:
+    pip = [str(venv_python(venv)), "-m", "pip", "install", "--require-hashes",
+           "--only-binary", ":all:", "--find-links", str(wheels_dir)]
+    if spec.wheelhouse:
+        pip += ["--find-links", str(spec.wheelhouse)]
+    if spec.index_url:
+        pip += ["--index-url", spec.index_url]
+    else:
+        pip += ["--no-index"]
+    pip += ["-r", str(lock_path)]
+    # A user's pip.conf may add indexes or find-links; the lock alone decides what installs.
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return InstallPlan(venv=venv, create=(sys.executable, "-m", "venv", str(venv)),
+                       pip=tuple(pip), env=env)
+
+
+def install(plan: InstallPlan, wheelset: WheelSet, log: Path) -> None:
+    """Recreate the venv and install; on failure show pip's last lines and the log path."""
+    if plan.venv.exists():
+        remove_tree(plan.venv)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.env}
+    with open(log, "w") as out:
+        for argv in (plan.create, plan.pip):
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL, check=False)
+            if result.returncode != 0:
+                out.close()
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                what = "creating the venv" if argv is plan.create else "pip install"
+                raise SglforgeError(
+                    f"{what} failed (exit {result.returncode}); last lines of {log}:\n{tail}",
+                    hint=None if argv is plan.create else
+                    "third-party pins come from [install] wheelhouse/index-url "
+                    "(or --wheelhouse/--index-url)")
+    missing = [w.name for w in wheelset.wheels if installed_version(plan.python, w.name) != w.version]
+    if missing:
+        raise SglforgeError(f"after pip install, the venv {plan.venv} lacks {', '.join(missing)}")
+
+
+def installed_version(python: Path, name: str) -> str | None:
+    """Version of `name` installed for `python`, read from metadata (no import: torch is slow)."""
+    if not python.exists():
+        return None
+    code = ("import importlib.metadata as m, sys\n"
+            "try: print(m.version(sys.argv[1]))\n"
+            "except m.PackageNotFoundError: print('')")
+    result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
+                            check=False)
+    return result.stdout.strip() or None
+
+
+def missing_launch_modules(python: Path, commands: dict[str, tuple[str, ...]]) -> list[str]:
+    """For commands of the form `{python} -m pkg.module`, the ones whose top-level package is
+    not installed in the venv (e.g. sglang-router left out of the lock). Checked without
+    importing: importing sglang takes seconds and needs a GPU."""
+    wanted = {where: argv[2].split(".")[0] for where, argv in commands.items()
+              if len(argv) >= 3 and argv[0] == "{python}" and argv[1] == "-m"}
+    if not wanted:
+        return []
+    code = ("import importlib.util, sys\n"
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+    result = subprocess.run([str(python), "-c", code, *sorted(set(wanted.values()))],
+                            capture_output=True, text=True, check=False)
+    absent = set(result.stdout.split()) if result.returncode == 0 else set(wanted.values())
+    return [f"{where}: module '{module}' is not installed in {python.parent.parent}"
+            for where, module in sorted(wanted.items()) if module in absent]

@@ -1,0 +1,204 @@
+"""Start each server in its own process group, logs to files; tear every group down.
+
+SGLang forks scheduler/detokenizer subprocesses that hold GPU memory; killing only the
+launcher leaves them running. So each role is started as a session leader
+(`start_new_session`) and teardown signals the whole group: SIGTERM, a grace period, SIGKILL,
+then a scan of /proc proves that no member of any group survives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge.smoke.commands import LaunchCommand
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log written)"
+    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
+
+
+@dataclass
+class ManagedProcess:
+    command: LaunchCommand
+    popen: subprocess.Popen
+
+    @property
+    def role(self) -> str:
+        return self.command.role
+
+    @property
+    def pgid(self) -> int:
+        return self.popen.pid  # session leader: its pid is the group id
+
+    def exit_status(self) -> int | None:
+        return self.popen.poll()
+
+    def describe_exit(self) -> str:
+        code = self.popen.returncode
+        if code is None:
+            return "running"
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+
+class LaunchError(Exception):
+    """A process could not be started at all (missing program, bad permissions)."""
+
+    def __init__(self, role: str, message: str) -> None:
+        self.role = role
+        super().__init__(message)
+
+
+class ProcessExited(Exception):
+    """A launched process ended while it should be serving."""
+
+    def __init__(self, process: ManagedProcess, during: str) -> None:
+        self.process = process
+        self.during = during
+        super().__init__(f"{process.role} (pid {process.popen.pid}) ended during {during}: "
+                         f"{process.describe_exit()}")
+
+
+@dataclass(frozen=True)
+class TeardownResult:
+    signalled: dict[str, str]  # role -> how it ended ("SIGTERM", "SIGKILL", "already exited")
+    survivors: dict[str, list[int]]  # role -> pids still alive after SIGKILL (should be empty)
+    seconds: float
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids in process group `pgid`, from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state ppid pgrp ...
+        rest = stat.rsplit(")", 1)[-1].split()
+        if len(rest) >= 3 and rest[0] != "Z" and int(rest[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+class ProcessSet:
+    """The processes of one smoke run. Use as a context manager: exit always tears down."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.processes: list[ManagedProcess] = []
+        self.teardown_result: TeardownResult | None = None
+
+    def __enter__(self) -> ProcessSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def start(self, command: LaunchCommand) -> ManagedProcess:
+        command.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(command.log, "ab") as log:
+            log.write(f"$ {command.shell()}\n".encode())
+            log.flush()
+            try:
+                popen = subprocess.Popen(
+                    command.argv, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env={**os.environ, **command.env},
+                    start_new_session=True)
+            except OSError as exc:
+                raise LaunchError(command.role, f"cannot start {command.role}: "
+                                  f"{command.argv[0]}: {exc.strerror or exc}") from None
+        process = ManagedProcess(command, popen)
+        self.processes.append(process)
+        return process
+
+    def check_alive(self, during: str) -> None:
+        for process in self.processes:
+            if process.exit_status() is not None:
+                raise ProcessExited(process, during)
+
+    def wait_for_any_exit(self, seconds: float) -> None:
+        """Return as soon as one process has exited, or after `seconds`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.dead():
+            time.sleep(0.05)
+
+    def dead(self) -> list[ManagedProcess]:
+        return [p for p in self.processes if p.exit_status() is not None]
+
+    def teardown(self) -> TeardownResult:
+        """SIGTERM every group, wait `grace`, SIGKILL what is left, verify nothing survives.
+
+        Idempotent, and safe to call from a `finally` after Ctrl-C: it ignores further
+        SIGINTs while it runs so a second Ctrl-C cannot leave GPUs held.
+        """
+        if self.teardown_result is not None:
+            return self.teardown_result
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            self.teardown_result = self._teardown()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        return self.teardown_result
+
+    def _teardown(self) -> TeardownResult:
+        start = time.monotonic()
+        how: dict[str, str] = {}
+        # Router first so it stops sending work, then the servers.
+        ordered = sorted(self.processes, key=lambda p: p.role != "router")
+        for process in ordered:
+            alive = group_members(process.pgid) or process.exit_status() is None
+            how[process.role] = "SIGTERM" if alive else "already exited"
+            if alive:
+                _killpg(process.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            for process in ordered:
+                process.exit_status()  # reap the leader so it stops counting as alive
+            if not any(group_members(p.pgid) for p in ordered):
+                break
+            time.sleep(0.05)
+        for process in ordered:
+            if group_members(process.pgid):
+                how[process.role] = "SIGKILL"
+                _killpg(process.pgid, signal.SIGKILL)
+        for process in ordered:
+            try:
+                process.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        survivors: dict[str, list[int]] = {}
+        settle = time.monotonic() + 5  # SIGKILLed grandchildren take a moment to be reaped
+        while True:
+            survivors = {p.role: group_members(p.pgid) for p in ordered}
+            survivors = {k: v for k, v in survivors.items() if v}
+            if not survivors or time.monotonic() > settle:
+                break
+            time.sleep(0.05)
+        return TeardownResult(signalled=how, survivors=survivors,
+                              seconds=time.monotonic() - start)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

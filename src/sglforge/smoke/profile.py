@@ -1,0 +1,286 @@
+"""Smoke profiles: `profiles/<name>.toml` validated into one typed `SmokeProfile`.
+
+A profile says where the PD pair runs (GPUs and NUMA node per role), how servers and the
+router are launched, which ports they use, how long to wait, and which checks to run.
+Unknown keys and bad values are errors naming the file, key and line (like recipes).
+
+Commands, arguments and environment values may use placeholders, filled in at launch:
+  {python}     the smoke venv's interpreter      {model}    the model path
+  {run_dir}    this run's output directory       {project}  the project root
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sglforge.errors import SglforgeError
+from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
+
+PLACEHOLDERS = ("python", "model", "run_dir", "project")
+# SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).
+TRANSFER_BACKENDS = ("nixl", "mooncake", "ascend", "mori", "fake")
+CHECKS = ("generate", "logprobs", "stream", "concurrent", "needle")
+ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One SGLang server of the PD pair."""
+
+    role: str  # "prefill" or "decode"
+    gpus: tuple[int, ...]
+    numa_node: int | None  # None: do not bind
+    tp: int
+    port: int
+    bootstrap_port: int | None  # prefill only: the KV handshake server the router names
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What both roles share: the launcher and common arguments/environment."""
+
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    command: tuple[str, ...]
+    port: int
+    args: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. `health` covers model load, which is minutes for a 284B model."""
+
+    health: float
+    health_generate: float
+    router: float
+    request: float
+    teardown: float  # SIGTERM grace before SIGKILL
+
+
+@dataclass(frozen=True)
+class ChecksSpec:
+    run: tuple[str, ...]
+    prompt: str
+    max_new_tokens: int
+    concurrency: int
+    needle_lengths: tuple[int, ...]  # target prompt sizes in tokens
+    needle_must_recall: tuple[int, ...]  # lengths whose failure fails the smoke
+    words_per_token: float  # filler sizing; the report shows the server's real token count
+
+
+@dataclass(frozen=True)
+class InstallSpec:
+    wheelhouse: Path | None  # third-party wheels (find-links), None: index or nothing
+    index_url: str | None
+
+
+@dataclass(frozen=True)
+class SmokeProfile:
+    name: str
+    path: Path
+    description: str
+    model: str
+    backend: str
+    host: str
+    requires_gpu: bool  # false: stand-in deployment; doctor skips GPU/driver/CUDA checks
+    numa_binding: bool  # wrap servers in `numactl --cpunodebind=N --membind=N`
+    install: InstallSpec
+    server: ServerSpec
+    prefill: RoleSpec
+    decode: RoleSpec
+    router: RouterSpec
+    timeouts: Timeouts
+    checks: ChecksSpec
+
+    @property
+    def roles(self) -> tuple[RoleSpec, RoleSpec]:
+        return (self.prefill, self.decode)
+
+    def ports(self) -> dict[int, str]:
+        """Every port the smoke will listen on → what it is for (for doctor and errors)."""
+        ports = {self.prefill.port: "prefill HTTP port", self.decode.port: "decode HTTP port",
+                 self.router.port: "router port"}
+        if self.prefill.bootstrap_port is not None:
+            ports[self.prefill.bootstrap_port] = "prefill bootstrap port"
+        return ports
+
+    def with_model(self, model: str | None) -> SmokeProfile:
+        return self if not model else replace(self, model=model)
+
+
+def resolve_profile_path(profiles_dir: Path, name_or_path: str) -> Path:
+    """A name (`dsv4-flash-pd`) means profiles/<name>.toml; anything with .toml is a path."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return Path(name_or_path)
+    path = profiles_dir / f"{name_or_path}.toml"
+    if not path.exists():
+        known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
+        raise SglforgeError(f"no smoke profile '{name_or_path}' ({path} does not exist)",
+                            hint=f"known profiles: {', '.join(known) or 'none'}")
+    return path
+
+
+def load_profile(path: Path, project_root: Path) -> SmokeProfile:
+    data, text = load_toml(path)
+    problems = Problems(path)
+
+    def locate_in(table: str | None):  # noqa: ANN202
+        start = 1
+        if table:
+            lines = text.splitlines()
+            header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
+            start = next((i for i, line in enumerate(lines, 1) if header.match(line)), 1)
+        return lambda key: key_line(text, start, key)
+
+    top = TableReader(data, problems, "profile", locate_in(None))
+    description = top.str("description") or ""
+    model = top.str("model", required=True) or ""
+    backend = top.str("backend", required=True) or "nixl"
+    if backend not in TRANSFER_BACKENDS:
+        top.error("backend", f"{backend!r} is not one of {', '.join(TRANSFER_BACKENDS)}")
+    host = top.str("host") or "127.0.0.1"
+    requires_gpu = top.bool("requires-gpu", default=True)
+    numa_binding = top.bool("numa-binding", default=True)
+
+    def sub(name: str, required: bool = False) -> TableReader:
+        table = top.table(name, required=required) or {}
+        return TableReader(table, problems, f"[{name}]", locate_in(name))
+
+    install_r = sub("install")
+    wheelhouse = install_r.str("wheelhouse")
+    install = InstallSpec(
+        wheelhouse=(project_root / wheelhouse) if wheelhouse else None,
+        index_url=install_r.str("index-url"))
+    install_r.finish()
+
+    server_r = sub("server")
+    server = ServerSpec(
+        command=tuple(server_r.str_list("command") or ["{python}", "-m", "sglang.launch_server"]),
+        args=tuple(server_r.str_list("args") or []),
+        env=server_r.str_table("env"))
+    if not server.command:
+        server_r.error("command", "must not be empty")
+    server_r.finish()
+
+    roles = {}
+    for role in ROLES:
+        r = sub(role, required=True)
+        gpus = tuple(r.int_list("gpus", required=True) or [])
+        tp = r.int("tp", minimum=1) or max(1, len(gpus))
+        if gpus and len(gpus) != tp:
+            r.error("gpus", f"{len(gpus)} GPUs listed but tp = {tp}; list exactly tp GPUs")
+        if len(set(gpus)) != len(gpus):
+            r.error("gpus", f"GPU listed twice in {list(gpus)}")
+        if any(g < 0 for g in gpus):
+            r.error("gpus", f"GPU indices must be >= 0, got {list(gpus)}")
+        bootstrap = r.int("bootstrap-port", minimum=1) if role == "prefill" else None
+        if role == "prefill" and bootstrap is None:
+            bootstrap = 8998  # SGLang's default --disaggregation-bootstrap-port
+        roles[role] = RoleSpec(
+            role=role, gpus=gpus, numa_node=r.int("numa-node", minimum=0), tp=tp,
+            port=r.int("port", required=True, minimum=1) or 0, bootstrap_port=bootstrap,
+            args=tuple(r.str_list("args") or []), env=r.str_table("env"))
+        r.finish()
+    overlap = set(roles["prefill"].gpus) & set(roles["decode"].gpus)
+    if overlap:
+        problems.add(f"[prefill] and [decode] share GPUs {sorted(overlap)}; "
+                     "each role needs its own GPUs")
+
+    router_r = sub("router", required=True)
+    router = RouterSpec(
+        command=tuple(router_r.str_list("command")
+                      or ["{python}", "-m", "sglang_router.launch_router"]),
+        port=router_r.int("port", required=True, minimum=1) or 0,
+        args=tuple(router_r.str_list("args") or []), env=router_r.str_table("env"))
+    router_r.finish()
+
+    t = sub("timeouts")
+    timeouts = Timeouts(
+        health=_seconds(t, "health", 1800), health_generate=_seconds(t, "health-generate", 600),
+        router=_seconds(t, "router", 120), request=_seconds(t, "request", 600),
+        teardown=_seconds(t, "teardown", 30))
+    t.finish()
+
+    c = sub("checks")
+    run = tuple(c.str_list("run") or CHECKS)
+    for name in run:
+        if name not in CHECKS:
+            c.error("run", f"unknown check {name!r}; known: {', '.join(CHECKS)}")
+    lengths = tuple(c.int_list("needle-lengths") or [2048, 4096, 8192, 16384])
+    must = tuple(c.int_list("needle-must-recall") or [])
+    for length in must:
+        if length not in lengths:
+            c.error("needle-must-recall", f"{length} is not in needle-lengths {list(lengths)}")
+    words_per_token = _number(c, "words-per-token", 0.75)
+    checks = ChecksSpec(
+        run=run, prompt=c.str("prompt") or "The capital of France is",
+        max_new_tokens=c.int("max-new-tokens", minimum=1) or 16,
+        concurrency=c.int("concurrency", minimum=1) or 16,
+        needle_lengths=lengths, needle_must_recall=must, words_per_token=words_per_token)
+    c.finish()
+    top.finish()
+
+    ports: dict[int, str] = {}
+    for where, port in (("[prefill] port", roles["prefill"].port),
+                        ("[prefill] bootstrap-port", roles["prefill"].bootstrap_port),
+                        ("[decode] port", roles["decode"].port), ("[router] port", router.port)):
+        if port and port in ports:
+            problems.add(f"{where} = {port} is also {ports[port]}; every port must differ")
+        elif port:
+            ports[port] = where
+    _check_placeholders(problems, server, roles.values(), router)
+    problems.raise_if_any()
+    return SmokeProfile(
+        name=path.stem, path=path, description=description, model=model, backend=backend,
+        host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
+        server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
+        timeouts=timeouts, checks=checks)
+
+
+def _number(reader: TableReader, key: str, default: float) -> float:
+    value: Any = reader._get(key, False)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        reader.error(key, f"expected a positive number, got {value!r}")
+        return default
+    return float(value)
+
+
+def _seconds(reader: TableReader, key: str, default: float) -> float:
+    return _number(reader, key, default)
+
+
+def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: RouterSpec) -> None:  # noqa: ANN001
+    """Unknown `{name}` in commands/args/env is a typo that would otherwise reach a server."""
+    places: list[tuple[str, str]] = []
+    places += [("[server] command", s) for s in server.command]
+    places += [("[server] args", s) for s in server.args]
+    places += [(f"[server] env {k}", v) for k, v in server.env.items()]
+    for role in roles:
+        places += [(f"[{role.role}] args", s) for s in role.args]
+        places += [(f"[{role.role}] env {k}", v) for k, v in role.env.items()]
+    places += [("[router] command", s) for s in router.command]
+    places += [("[router] args", s) for s in router.args]
+    places += [(f"[router] env {k}", v) for k, v in router.env.items()]
+    for where, value in places:
+        for name in re.findall(r"\{([^{}]*)\}", value):
+            if name not in PLACEHOLDERS:
+                problems.add(f"{where}: unknown placeholder {{{name}}} in {value!r}; "
+                             f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+
+
+def expand(value: str, values: dict[str, str]) -> str:
+    """Fill placeholders (validated at load time, so every name is known)."""
+    return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), value)

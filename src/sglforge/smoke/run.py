@@ -1,0 +1,347 @@
+"""The smoke pipeline: wheels → doctor → install → launch → ready → checks → report,
+with teardown on every exit path (pass, failure, deadline, Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from sglforge.errors import SglforgeError
+from sglforge.fsutil import atomic_write_text, remove_tree
+from sglforge.smoke import doctor
+from sglforge.smoke.checks import CheckContext, run_check
+from sglforge.smoke.commands import LaunchPlan, build_launch_plan
+from sglforge.smoke.install import (
+    InstallPlan,
+    install,
+    missing_launch_modules,
+    plan_install,
+    venv_python,
+)
+from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
+from sglforge.smoke.profile import SmokeProfile
+from sglforge.smoke.readiness import NotReady, wait_ready
+from sglforge.smoke.report import Failure, SmokeReport, Stage
+from sglforge.smoke.wheelset import WheelSet, load_wheelset
+
+EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    profile: SmokeProfile
+    project_root: Path
+    run_dir: Path
+    wheels_dir: Path
+    lock: Path
+    reuse_venv: Path | None  # an existing venv: skip the install step (iterating on a host)
+
+    @property
+    def venv(self) -> Path:
+        return self.reuse_venv or self.run_dir / "venv"
+
+    def install_plan(self) -> InstallPlan:
+        return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install)
+
+    def launch_plan(self) -> LaunchPlan:
+        return build_launch_plan(self.profile, venv_python(self.venv), self.run_dir,
+                                 self.project_root)
+
+
+class Terminated(BaseException):
+    """SIGTERM to the smoke itself (CI timeout, systemd): tear down like Ctrl-C."""
+
+
+class SmokeFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+        super().__init__(failure.message)
+
+
+def dry_run_text(opts: SmokeOptions) -> str:
+    p = opts.profile
+    lines = [f"# sglforge smoke --dry-run: profile {p.name} ({p.path})",
+             f"# model {p.model}; transfer backend {p.backend}; run directory {opts.run_dir}",
+             "# nothing below has been started", ""]
+    try:
+        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+        lines.append(f"# wheels: {len(wheelset.wheels)} from {opts.wheels_dir}/manifest.json, "
+                     f"agreeing with {opts.lock} ({len(wheelset.third_party)} third-party pins)")
+    except SglforgeError as exc:
+        first = str(exc).splitlines()[0]
+        lines.append(f"# wheels: NOT READY ({first}); a real run refuses to start")
+    plan = opts.install_plan()
+    lines += ["", "## 1. preflight: sglforge doctor (GPU archs, driver, torch, CUDA, ports, NUMA)",
+              "", "## 2. install into a fresh venv"]
+    if opts.reuse_venv:
+        lines.append(f"# reusing {opts.reuse_venv} (--venv): no install")
+    else:
+        lines += [_shell({}, plan.create), _shell(plan.env, plan.pip)]
+    launch = opts.launch_plan()
+    lines += ["", f"## 3. launch, each in its own process group; logs in {opts.run_dir}/logs"]
+    t = p.timeouts
+    for command in launch.servers:
+        lines += ["", f"# {command.summary}", command.shell(),
+                  f"# ready: GET {command.url}/health within {t.health:g} s, then "
+                  f"GET {command.url}/health_generate within {t.health_generate:g} s"]
+    lines += ["", f"# {launch.router.summary}", launch.router.shell(),
+              f"# ready: GET {launch.router.url}/health within {t.router:g} s",
+              "", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
+              f"# needle lengths {list(p.checks.needle_lengths)} tokens; must recall "
+              f"{list(p.checks.needle_must_recall)}; concurrency {p.checks.concurrency}",
+              "", f"## 5. report: {opts.run_dir}/smoke-report.json and smoke-summary.txt",
+              f"## 6. teardown: SIGTERM each process group, SIGKILL after {t.teardown:g} s"]
+    return "\n".join(lines) + "\n"
+
+
+def _shell(env: dict[str, str], argv: tuple[str, ...]) -> str:
+    import shlex
+
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return (prefix + " " if prefix else "") + shlex.join(argv)
+
+
+@contextmanager
+def _sigterm_as_exception() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Stages:
+    """Times named steps into the report and prints one line per step."""
+
+    def __init__(self, report: SmokeReport, out: TextIO, err: TextIO) -> None:
+        self.report = report
+        self.out = out
+        self.err = err
+
+    def say(self, text: str) -> None:
+        _safe_print(f"[smoke] {text}", self.out)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[list[str]]:
+        start = time.monotonic()
+        detail: list[str] = []
+        ok = False
+        try:
+            yield detail
+            ok = True
+        finally:
+            seconds = time.monotonic() - start
+            self.report.stages.append(Stage(name, ok, round(seconds, 3), "; ".join(detail)))
+            self.say(f"{name}: {'ok' if ok else 'FAILED'} ({seconds:.1f} s)"
+                     + (f" {'; '.join(detail)}" if detail else ""))
+
+
+def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    profile = opts.profile
+    run_dir = opts.run_dir
+    for stale in ("logs", "smoke-report.json", "smoke-summary.txt", "processes.json"):
+        remove_tree(run_dir / stale)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report = SmokeReport(profile=profile.name, profile_path=str(profile.path),
+                         model=profile.model, backend=profile.backend, run_dir=str(run_dir))
+    steps = _Stages(report, out, err)
+    processes = ProcessSet(grace=profile.timeouts.teardown)
+    code = EXIT_FAIL
+    try:
+        with _sigterm_as_exception():
+            try:
+                code = _pipeline(opts, report, steps, processes)
+            finally:
+                # Tear down before any printing: output can fail (a closed pipe) and must
+                # never stand between us and GPUs held by orphaned servers.
+                if processes.processes:
+                    result = processes.teardown()
+                    report.teardown = {"signalled": result.signalled,
+                                       "survivors": result.survivors,
+                                       "seconds": round(result.seconds, 3)}
+                    steps.say(f"teardown: {result.signalled} in {result.seconds:.1f} s")
+                    if result.survivors:
+                        code = EXIT_FAIL
+                        _safe_print(f"error: processes survived teardown: {result.survivors}",
+                                    err)
+    except (KeyboardInterrupt, Terminated) as exc:
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        report.result = "interrupted"
+        report.failure = Failure("interrupted", f"interrupted by {name}; all process groups "
+                                 "were torn down")
+        # The shell convention 128 + signal number.
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except SmokeFailed as exc:
+        report.failure = exc.failure
+        code = EXIT_FAIL
+        _print_failure(exc.failure, err)
+    if report.result == "running":
+        report.result = "pass" if code == EXIT_PASS else "fail"
+    report_path, summary_path = report.write(run_dir)
+    _safe_print("\n" + report.summary_text() + f"\nreport: {report_path}\nsummary: "
+                f"{summary_path}", out)
+    return code
+
+
+def _safe_print(text: str, stream: TextIO) -> None:
+    """Print, ignoring a closed or broken output stream (`sglforge smoke | head`)."""
+    try:
+        print(text, file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _print_failure(failure: Failure, err: TextIO) -> None:
+    who = f"{failure.process} ({failure.exit})" if failure.process else failure.stage
+    lines = [f"error: smoke failed in {failure.stage}: {failure.message}"]
+    if failure.log_tail is not None:
+        lines += [f"--- last lines of {who} log {failure.log} ---", failure.log_tail,
+                  "--- end of log ---"]
+    _safe_print("\n".join(lines), err)
+
+
+def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
+              processes: ProcessSet) -> int:
+    profile = opts.profile
+    with steps.stage("wheels") as detail:
+        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+        report.versions = wheelset.versions()
+        detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
+
+    python = venv_python(opts.venv)
+    with steps.stage("doctor") as detail:
+        facts = doctor.gather_host_facts(profile, python if opts.reuse_venv else None)
+        report.host.update(_host_summary(facts))
+        _judge(profile, wheelset, facts, report, steps, detail)
+
+    with steps.stage("install") as detail:
+        if opts.reuse_venv:
+            detail.append(f"reusing {opts.reuse_venv}")
+        else:
+            install(opts.install_plan(), wheelset, opts.run_dir / "logs" / "install.log")
+            detail.append(f"fresh venv {opts.venv}")
+            # torch is only known once the venv exists: check the ABI pin again now.
+            facts = doctor.gather_host_facts(profile, python)
+            torch_findings = [f for f in doctor.diagnose(profile, wheelset, facts)
+                              if f.check == "torch"]
+            report.doctor = [f for f in report.doctor if f.check != "torch"] + torch_findings
+            for finding in torch_findings:
+                steps.say(finding.render())
+            if doctor.blocking(torch_findings):
+                raise SmokeFailed(Failure("install", torch_findings[0].message))
+
+        missing = missing_launch_modules(python, {"[server] command": profile.server.command,
+                                                  "[router] command": profile.router.command})
+        if missing:
+            raise SmokeFailed(Failure("install", "; ".join(missing) + " — pin the package "
+                                      "(e.g. sglang-router==0.3.2 with its hash) in "
+                                      f"{opts.lock.name}, or point the command elsewhere"))
+
+    plan = opts.launch_plan()
+    timeouts = profile.timeouts
+    try:
+        with steps.stage("launch") as detail:
+            for command in plan.servers:
+                steps.say(f"starting {command.summary}")
+                process = processes.start(command)
+                report.processes.append({"role": command.role, "pid": process.popen.pid,
+                                         "pgid": process.pgid, "argv": list(command.argv),
+                                         "env": command.env, "log": str(command.log)})
+            _write_processes(opts.run_dir, report)
+            detail.append(", ".join(f"{p['role']} pid {p['pid']}" for p in report.processes))
+        # Both servers load at the same time, so they share one deadline per endpoint.
+        for endpoint, seconds in (("/health", timeouts.health),
+                                  ("/health_generate", timeouts.health_generate)):
+            with steps.stage(endpoint.lstrip("/")) as detail:
+                deadline = time.monotonic() + seconds
+                for process in list(processes.processes):
+                    waited = wait_ready(processes, process, endpoint, seconds, deadline=deadline)
+                    detail.append(f"{process.role} ready at {waited:.1f} s")
+        with steps.stage("router") as detail:
+            steps.say(f"starting {plan.router.summary}")
+            router = processes.start(plan.router)
+            report.processes.append({"role": "router", "pid": router.popen.pid,
+                                     "pgid": router.pgid, "argv": list(plan.router.argv),
+                                     "env": plan.router.env, "log": str(plan.router.log)})
+            _write_processes(opts.run_dir, report)
+            waited = wait_ready(processes, router, "/health", timeouts.router)
+            detail.append(f"ready after {waited:.1f} s")
+        ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
+                           timeout=timeouts.request)
+        with steps.stage("checks") as detail:
+            for name in profile.checks.run:
+                result = run_check(name, ctx)
+                report.checks.append(result)
+                steps.say(f"check {name}: {'pass' if result.passed else 'FAIL'} — "
+                          f"{result.detail}")
+                # A failed request is often a dead server: name it rather than the symptom.
+                # The router can answer 502 a moment before the kernel reports the exit.
+                if not result.passed:
+                    processes.wait_for_any_exit(seconds=2.0)
+                processes.check_alive(f"check '{name}'")
+            failed = [c.name for c in report.checks if not c.passed]
+            detail.append(f"{len(report.checks) - len(failed)} passed"
+                          + (f", failed: {', '.join(failed)}" if failed else ""))
+        if failed:
+            report.failure = Failure("checks", f"check(s) failed: {', '.join(failed)}")
+            _print_failure(report.failure, steps.err)
+            return EXIT_FAIL
+        return EXIT_PASS
+    except LaunchError as exc:
+        raise SmokeFailed(Failure(stage="launch", message=str(exc), process=exc.role)) from None
+    except ProcessExited as exc:
+        process = exc.process
+        raise SmokeFailed(Failure(
+            stage=exc.during, message=str(exc), process=process.role,
+            exit=process.describe_exit(), log=str(process.command.log),
+            log_tail=log_tail(process.command.log))) from None
+    except NotReady as exc:
+        process = exc.process
+        raise SmokeFailed(Failure(
+            stage="readiness", message=str(exc), process=process.role,
+            exit=process.describe_exit(), log=str(process.command.log),
+            log_tail=log_tail(process.command.log))) from None
+
+
+def _judge(profile: SmokeProfile, wheelset: WheelSet, facts: doctor.HostFacts,
+           report: SmokeReport, steps: _Stages, detail: list[str]) -> None:
+    findings = doctor.diagnose(profile, wheelset, facts)
+    report.doctor = findings
+    for finding in findings:
+        if finding.level != doctor.OK:
+            steps.say(finding.render())
+    errors = doctor.blocking(findings)
+    detail.append(f"{len(errors)} error(s), "
+                  f"{sum(f.level == doctor.WARNING for f in findings)} warning(s)")
+    if errors:
+        raise SmokeFailed(Failure("doctor", "doctor found blocking problems; nothing was "
+                                  "started: " + " | ".join(f.message for f in errors)))
+
+
+def _write_processes(run_dir: Path, report: SmokeReport) -> None:
+    """pids and process groups of this run, for an operator (or a test) to verify teardown."""
+    atomic_write_text(run_dir / "processes.json", json.dumps(report.processes, indent=2) + "\n")
+
+
+def _host_summary(facts: doctor.HostFacts) -> dict:
+    return {"driver": facts.driver_version or "", "nvcc": facts.nvcc_version or "",
+            "gpus": "; ".join(f"{g.index}: {g.name} cc {g.compute_cap} numa {g.numa_node}"
+                              for g in facts.gpus) or (facts.nvidia_smi_error or ""),
+            "numa_nodes": ",".join(map(str, facts.numa_nodes or ())),
+            "torch": facts.torch_version or ""}

@@ -1,0 +1,248 @@
+"""The wheel set the smoke installs: `wheels/manifest.json` checked against
+`lockfiles/wheels.lock` and against the files themselves.
+
+The build writes both (see DESIGN "Wheel post-process"); this module only reads them. The
+smoke refuses to run when they disagree: a smoke result must describe exactly the wheels
+that would ship. Provenance (`<dist-info>/sglforge-build.json`) is read from inside each
+wheel, the authority, and must equal the manifest's copy.
+
+Kept separate from the build's writer so the two can be unified later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglforge.errors import ConfigErrors, SglforgeError
+
+PROVENANCE_FILE = "sglforge-build.json"
+REQUIRED_PROVENANCE_KEYS = ("upstream", "commit", "version", "cuda_archs", "requires_torch",
+                            "toolchain")
+_LOCK_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)(?P<rest>.*)$")
+_HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})")
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 name normalization (`Sglang_Kernel` == `sglang-kernel`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Provenance:
+    upstream: str
+    commit: str
+    version: str
+    cuda_archs: tuple[str, ...]
+    requires_torch: str | None
+    toolchain: dict[str, str]
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Wheel:
+    file: Path
+    name: str  # normalized
+    version: str
+    sha256: str
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    name: str  # normalized
+    version: str
+    hashes: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class WheelSet:
+    wheels: tuple[Wheel, ...]  # ours, built by sglforge
+    lock: tuple[LockEntry, ...]  # ours + third-party pins
+    lock_path: Path
+    wheels_dir: Path
+
+    @property
+    def third_party(self) -> tuple[LockEntry, ...]:
+        ours = {w.name for w in self.wheels}
+        return tuple(e for e in self.lock if e.name not in ours)
+
+    def archs(self) -> set[str]:
+        return {a for w in self.wheels for a in w.provenance.cuda_archs}
+
+    def torch_requirements(self) -> dict[str, str]:
+        """Wheel name → exact torch version it is ABI-bound to."""
+        return {w.name: w.provenance.requires_torch for w in self.wheels
+                if w.provenance.requires_torch}
+
+    def versions(self) -> dict[str, dict[str, Any]]:
+        """For the report: what exactly was smoke-tested."""
+        return {w.name: {"version": w.version, "file": w.file.name, "sha256": w.sha256,
+                         "upstream": w.provenance.upstream, "commit": w.provenance.commit,
+                         "cuda_archs": list(w.provenance.cuda_archs),
+                         "requires_torch": w.provenance.requires_torch,
+                         "toolchain": w.provenance.toolchain}
+                for w in self.wheels}
+
+
+def parse_lock(path: Path) -> tuple[LockEntry, ...]:
+    """Parse a hash-pinned requirements file (`name==version --hash=sha256:...`, `\\` joins)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SglforgeError(f"{path}: file not found",
+                            hint="build the wheels first (`nox -s build`) or pass --lock") from None
+    problems: list[str] = []
+    entries: list[LockEntry] = []
+    logical: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        pending += line
+        if pending.strip():
+            logical.append((start, pending.strip()))
+        pending = ""
+    for number, line in logical:
+        match = _LOCK_LINE.match(line)
+        if not match:
+            problems.append(f"line {number}: expected 'name==version --hash=sha256:<hex>', "
+                            f"got {line!r}")
+            continue
+        hashes = tuple(h.group("hex") for h in _HASH.finditer(match.group("rest")))
+        if not hashes:
+            problems.append(f"line {number}: {match.group('name')} has no --hash=sha256:<hex> "
+                            "(pip --require-hashes needs one)")
+            continue
+        entries.append(LockEntry(normalize_name(match.group("name")), match.group("version"),
+                                 hashes, number))
+    seen: dict[str, int] = {}
+    for entry in entries:
+        if entry.name in seen:
+            problems.append(f"line {entry.line}: {entry.name} is pinned twice "
+                            f"(also line {seen[entry.name]})")
+        seen[entry.name] = entry.line
+    if problems:
+        raise ConfigErrors(path, problems)
+    return tuple(entries)
+
+
+def read_wheel_provenance(path: Path) -> dict[str, Any]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist()
+                     if n.count("/") == 1 and n.endswith(f".dist-info/{PROVENANCE_FILE}")]
+            if not names:
+                raise SglforgeError(f"{path}: no <name>-<version>.dist-info/{PROVENANCE_FILE}; "
+                                    "not a wheel built by sglforge",
+                                    hint="rebuild it with `nox -s build`")
+            return json.loads(archive.read(names[0]))
+    except zipfile.BadZipFile:
+        raise SglforgeError(f"{path}: not a valid wheel (bad zip)") from None
+    except json.JSONDecodeError as exc:
+        raise SglforgeError(f"{path}: {PROVENANCE_FILE} is not valid JSON: {exc}") from None
+
+
+def _provenance(data: Any, where: str, problems: list[str]) -> Provenance | None:
+    if not isinstance(data, dict):
+        problems.append(f"{where}: provenance must be an object")
+        return None
+    missing = [k for k in REQUIRED_PROVENANCE_KEYS if k not in data]
+    if missing:
+        problems.append(f"{where}: provenance lacks {', '.join(missing)}")
+        return None
+    archs = data["cuda_archs"]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        problems.append(f"{where}: provenance cuda_archs must be a list of strings")
+        return None
+    torch = data["requires_torch"]
+    if torch is not None and not isinstance(torch, str):
+        problems.append(f"{where}: provenance requires_torch must be a string or null")
+        return None
+    toolchain = data["toolchain"] if isinstance(data["toolchain"], dict) else {}
+    return Provenance(upstream=str(data["upstream"]), commit=str(data["commit"]),
+                      version=str(data["version"]), cuda_archs=tuple(archs),
+                      requires_torch=torch, toolchain={k: str(v) for k, v in toolchain.items()},
+                      raw=data)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
+    """Read and cross-check manifest, lock and wheel files; any disagreement is an error."""
+    manifest_path = wheels_dir / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SglforgeError(f"{manifest_path}: file not found",
+                            hint="build the wheels first (`nox -s build`)") from None
+    except json.JSONDecodeError as exc:
+        raise SglforgeError(f"{manifest_path}: invalid JSON: {exc}") from None
+    lock = parse_lock(lock_path)
+    by_name = {e.name: e for e in lock}
+    problems: list[str] = []
+    entries = manifest.get("wheels") if isinstance(manifest, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise SglforgeError(f"{manifest_path}: expected {{\"wheels\": [...]}} with at least one "
+                            "wheel")
+    wheels: list[Wheel] = []
+    for index, entry in enumerate(entries):
+        where = f"wheels[{index}]"
+        if not isinstance(entry, dict) or not all(
+                isinstance(entry.get(k), str) for k in ("file", "sha256", "name", "version")):
+            problems.append(f"{where}: needs string keys file, sha256, name, version")
+            continue
+        where = f"wheels[{index}] ({entry['file']})"
+        name, version = normalize_name(entry["name"]), entry["version"]
+        path = wheels_dir / entry["file"]
+        if not path.is_file():
+            problems.append(f"{where}: file {path} is missing")
+            continue
+        actual = sha256_file(path)
+        if actual != entry["sha256"]:
+            problems.append(f"{where}: sha256 of the file is {actual}, manifest says "
+                            f"{entry['sha256']} (wheel changed after the build)")
+            continue
+        pinned = by_name.get(name)
+        if pinned is None:
+            problems.append(f"{where}: {name} is not in {lock_path}")
+        elif pinned.version != version:
+            problems.append(f"{where}: manifest has {name} {version}, {lock_path.name} line "
+                            f"{pinned.line} pins {pinned.version}")
+        elif actual not in pinned.hashes:
+            problems.append(f"{where}: sha256 {actual} is not among the hashes "
+                            f"{lock_path.name} line {pinned.line} allows for {name}")
+        try:
+            inside = read_wheel_provenance(path)
+        except SglforgeError as exc:
+            problems.append(f"{where}: {exc.args[0]}")
+            continue
+        if "provenance" in entry and entry["provenance"] != inside:
+            problems.append(f"{where}: manifest provenance differs from the wheel's "
+                            f"{PROVENANCE_FILE}")
+        provenance = _provenance(inside, where, problems)
+        if provenance is None:
+            continue
+        wheels.append(Wheel(file=path, name=name, version=version, sha256=actual,
+                            provenance=provenance))
+    if problems:
+        raise ConfigErrors(manifest_path, problems + [
+            f"the manifest and {lock_path} must describe the same wheels; rebuild with "
+            "`nox -s build` (it writes both)"])
+    return WheelSet(wheels=tuple(wheels), lock=lock, lock_path=lock_path, wheels_dir=wheels_dir)
