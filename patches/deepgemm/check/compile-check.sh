@@ -24,7 +24,7 @@ printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$WORK/inc/c10/cud
 SP=$("$WORK/venv/bin/python" -c "import sysconfig;print(sysconfig.get_paths()['purelib'])")
 PYINC=$("$WORK/venv/bin/python" -c "import sysconfig;print(sysconfig.get_paths()['include'])")
 echo "== host: csrc/tvm_ffi_api.cpp"
-(cd "$TREE" && g++ -std=c++20 -fsyntax-only -I"$SP/torch/include" \
+(cd "$TREE" && g++ -std=c++20 -fsyntax-only -Wno-deprecated-declarations -I"$SP/torch/include" \
   -I"$SP/torch/include/torch/csrc/api/include" -I"$SP/tvm_ffi/include" -I"$SP/pybind11/include" \
   -I"$PYINC" -I/usr/local/cuda/include -I/usr/local/cuda/include/cccl -I"$WORK/inc" \
   -I"$CUTLASS" -I"$TREE/third-party/fmt/include" -Icsrc -Ideep_gemm/include csrc/tvm_ffi_api.cpp)
@@ -34,4 +34,4 @@ echo "== device: sm_120a instantiations"
   --expt-relaxed-constexpr --expt-extended-lambda -O3 \
   --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi \
   -I"$TREE/deep_gemm/include" -I"$CUTLASS" -o "$WORK/sm120.cubin" "$HERE/sm120_instantiations.cu"
-echo "ok: host extension and $(strings "$WORK/sm120.cubin" | grep -c '^\.text\.') sm_120a kernels compile"
+echo "ok: host extension and $(strings "$WORK/sm120.cubin" | grep '^\.text\.' | sort -u | wc -l) sm_120a kernels compile"
