@@ -164,7 +164,8 @@ def _render(template: str, values: dict[str, str]) -> str:
     return template.format(**values)
 
 
-def frontend_command(recipe: Recipe, source: Path, dist: Path, config: dict[str, str],
+def frontend_command(recipe: Recipe, source: Path, dist: Path,
+                     config: dict[str, tuple[str, ...]],
                      wheelhouse: Path | None) -> list[str]:
     if recipe.frontend == "pip":
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--verbose",
@@ -172,12 +173,12 @@ def frontend_command(recipe: Recipe, source: Path, dist: Path, config: dict[str,
         if not recipe.isolation:
             cmd.append("--no-build-isolation")
         cmd += ["--no-index"] + (["--find-links", str(wheelhouse)] if wheelhouse else [])
-        cmd += [f"--config-settings={k}={v}" for k, v in config.items()]
+        cmd += [f"--config-settings={k}={v}" for k, vs in config.items() for v in vs]
     else:
         cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist)]
         if not recipe.isolation:
             cmd.append("--no-isolation")
-        cmd += [f"--config-setting={k}={v}" for k, v in config.items()]
+        cmd += [f"--config-setting={k}={v}" for k, vs in config.items() for v in vs]
     return cmd + [str(source)]
 
 
@@ -358,7 +359,8 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     if deps:
         _unpack_wheels([d.path for d in deps], site)
         env["PYTHONPATH"] = str(site)
-    config = {k: _render(v, values) for k, v in sorted(recipe.config_settings.items())}
+    config = {k: tuple(_render(v, values) for v in vs)
+              for k, vs in sorted(recipe.config_settings.items())}
     cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse)
     isolation = hermetic.network_isolation()
     log = root / "logs" / f"{recipe.name}.log"
@@ -384,9 +386,11 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
 
     t = time.monotonic()
     provenance = _provenance(ctx, recipe, series, key, prepared.source_date_epoch)
+    retag = recipe.version_label == "retag"
     final, info = wheelpost.postprocess(
-        built[0], staging, expected_version=version,
-        expected_local=local if version is None else None,
+        built[0], staging, expected_version=None if retag else version,
+        expected_local=local if version is None and not retag else None,
+        retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch)
     ctx.report.step(f"{recipe.name}: post-process", t)

@@ -17,7 +17,10 @@
     [cmake-defines]                          # -D options, passed through CMAKE_ARGS
     SGL_KERNEL_ENABLE_SM100A = "OFF"
     [config-settings]                        # PEP 517 config settings (-C key=value)
-    "build-dir" = "{build_dir}"
+    "build-dir" = "{build_dir}"              # a list value repeats the setting
+
+`version-label = "retag"` is for upstreams without a version variable: sglforge appends
+`+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
 
 Placeholders: {version} {local} {patchset8} {cuda} {jobs} {nvcc_threads} {source} {build_dir}
 {build_root} {cmake_cuda_architectures} ("120a;90a") {torch_cuda_arch_list} ("12.0a 9.0a").
@@ -62,13 +65,14 @@ class Recipe:
     depends: tuple[str, ...]
     base_version: str | None
     local_version: str | None  # template
+    version_label: str  # "env": the upstream applies it; "retag": sglforge rewrites the wheel
     requires_torch_abi: bool
     cuda_archs: tuple[str, ...]
     mem_per_job: int  # bytes
     nvcc_threads: int
     env: dict[str, str]
     cmake_defines: dict[str, str]
-    config_settings: dict[str, str]
+    config_settings: dict[str, tuple[str, ...]]  # a list value repeats the setting
 
     def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
         if self.local_version is None:
@@ -140,13 +144,14 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
     base_version = reader.str("base-version", pattern=PEP440_BASE.pattern,
                               describe="a PEP 440 public version like 0.4.10")
     local_version = reader.str("local-version")
+    version_label = reader.str("version-label") or "env"
     requires_torch_abi = reader.bool("requires-torch-abi", default=False)
     cuda_archs = reader.str_list("cuda-archs") or []
     mem_text = reader.str("mem-per-job") or "2GiB"
     nvcc_threads = reader.int("nvcc-threads", minimum=1) or 1
     env = reader.str_table("env")
     cmake_defines = reader.str_table("cmake-defines")
-    config_settings = reader.str_table("config-settings")
+    config_settings = _config_settings(reader)
     reader.finish()
 
     if upstream is not None:
@@ -179,6 +184,12 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
     if mem_per_job is None or mem_per_job <= 0:
         reader.error("mem-per-job", f"{mem_text!r} is not a size like \"4GiB\" or \"512MiB\"")
         mem_per_job = 1 << 30
+    if version_label not in ("env", "retag"):
+        reader.error("version-label", f"{version_label!r} is not 'env' (the upstream's version "
+                                      "variable) or 'retag' (sglforge rewrites the wheel)")
+    elif version_label == "retag" and (local_version is None or base_version is not None):
+        reader.error("version-label", "'retag' appends local-version to the version the "
+                                      "upstream builds: needs local-version, no base-version")
     has_version = base_version is not None
     if local_version is not None:
         _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
@@ -194,16 +205,31 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
             if table != "config-settings" and not ENV_NAME.fullmatch(key) and not (
                     table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key)):
                 reader.error(table, f"{key!r} is not a valid name")
-            _check_template(reader, table, value, PLACEHOLDERS, has_version)
+            for item in (value if isinstance(value, tuple) else (value,)):
+                _check_template(reader, table, item, PLACEHOLDERS, has_version)
     problems.raise_if_any()
     return Recipe(
         name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
         upstream=upstream, subdir=str(posix), frontend=frontend, isolation=isolation,
         build_requires=tuple(build_requires), depends=tuple(depends),
-        base_version=base_version, local_version=local_version,
+        base_version=base_version, local_version=local_version, version_label=version_label,
         requires_torch_abi=requires_torch_abi, cuda_archs=tuple(cuda_archs),
         mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
         cmake_defines=cmake_defines, config_settings=config_settings)
+
+
+def _config_settings(reader: TableReader) -> dict[str, tuple[str, ...]]:
+    table = reader.table("config-settings") or {}
+    out: dict[str, tuple[str, ...]] = {}
+    for key, value in table.items():
+        if isinstance(value, str):
+            out[key] = (value,)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = tuple(value)
+        else:
+            reader.error("config-settings", f"{key!r}: expected a string or a list of strings, "
+                                            f"got {value!r}")
+    return out
 
 
 def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dict[str, Recipe]:

@@ -80,9 +80,11 @@ def load_toolchain(path: Path) -> Toolchain:
     raw = reader.table("build-requires") or {}
     reader.finish()
     build_requires: dict[str, str] = {}
+    header = next((i for i, line in enumerate(text.splitlines(), 1)
+                   if re.match(r"\s*\[\s*build-requires\s*\]", line)), None)
     for name, version in raw.items():
         sub = TableReader({name: version}, problems, "toolchain [build-requires]",
-                          locate=lambda key: key_line(text, 1, key))
+                          locate=lambda key: key_line(text, header, key) if header else None)
         value = sub.str(name, pattern=VERSION.pattern,
                         describe="an exact version (like \"80.9.0\"; no ranges)")
         if normalize_name(name) == "torch":

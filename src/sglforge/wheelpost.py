@@ -106,12 +106,37 @@ def wheel_filename(original: str, info: WheelInfo) -> str:
     return f"{name}-{info.version}-{tags}.whl"
 
 
+def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
+          ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
+    """Append `+local` to the version: METADATA, the .dist-info/.data directory names."""
+    if "+" in info.version:
+        raise SglforgeError(f"{info.name} {info.version} already has a local label; set the "
+                            "upstream's version variable instead of version-label = 'retag'")
+    version = f"{info.version}+{local}"
+    stem = info.dist_info[: -len(".dist-info")]
+    new_stem = f"{stem.rsplit('-', 1)[0]}-{version}"
+    renamed, new_modes = {}, {}
+    for name, data in members.items():
+        top, sep, rest = name.partition("/")
+        new = new_stem + top[len(stem):] + "/" + rest if sep and top in (
+            f"{stem}.dist-info", f"{stem}.data") else name
+        renamed[new] = data
+        new_modes[new] = modes.get(name, 0)
+    meta_path, data = _metadata(renamed)
+    renamed[meta_path] = re.sub(rb"(?m)^Version: .*$", f"Version: {version}".encode(), data,
+                                count=1)
+    return renamed, new_modes, WheelInfo(info.name, version, f"{new_stem}.dist-info")
+
+
 def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
                 expected_local: str | None, torch_version: str | None,
-                provenance: dict, epoch: int) -> tuple[Path, WheelInfo]:
+                provenance: dict, epoch: int, retag_local: str | None = None
+                ) -> tuple[Path, WheelInfo]:
     """Write the normalized, stamped wheel into `out_dir`; return its path and metadata."""
     members, modes = read_wheel(built)
     info = read_info(members)
+    if retag_local is not None:
+        members, modes, info = retag(members, modes, info, retag_local)
     if expected_version is not None and info.version != expected_version:
         raise SglforgeError(
             f"{built.name}: built version {info.version}, expected {expected_version}",
