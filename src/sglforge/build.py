@@ -349,7 +349,9 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
     for name, path in sorted(prepared.fetchcontent.items()):
         cmake_args.append(f"-DFETCHCONTENT_SOURCE_DIR_{name.upper()}={path}")
-    cmake_args.append("-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+    # Disconnected: FetchContent never downloads; CMP0170 NEW makes an un-injected
+    # dependency a configure error instead of a warning (CMake >= 3.30).
+    cmake_args += ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW"]
     if cuda_home:
         cmake_args.append(f"-DCUDAToolkit_ROOT={cuda_home}")
     cmake_args += cache_defines
@@ -442,7 +444,8 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
     publish = options.out_dir is None
     out_dir = options.out_dir or project.wheels_dir
     with exclusive_lock(root / ".sglforge-build.lock", f"build root {root}"), \
-            exclusive_lock(out_dir / ".sglforge-build.lock", f"output directory {out_dir}"):
+            exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
+                           f"output directory {out_dir}"):
         staging = root / "out"
         remove_tree(staging)
         staging.mkdir(parents=True)
