@@ -133,13 +133,14 @@ def _apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[s
     # ---- end INTERIM -------------------------------------------------------------------
 
 
-def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries, settings: Settings,
-                   exported: dict[str, PreparedSource]) -> PreparedSource:
-    """Export the recipe's upstream (once per build run) and its FetchContent sources."""
-    if recipe.upstream in exported:
-        base = exported[recipe.upstream]
-        return PreparedSource(base.tree, base.tree.path / recipe.subdir, base.applied,
-                              base.fetchcontent, base.source_date_epoch)
+def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
+                   settings: Settings) -> PreparedSource:
+    """Export the recipe's upstream afresh, apply its series, export its FetchContent sources.
+
+    Every recipe gets a fresh tree, also when two recipes share an upstream (flashinfer-python
+    and flashinfer-jit-cache): a build writes into its tree, and the next wheel's output must
+    not depend on whether the previous one was built or came from the cache.
+    """
     root = settings.build_root
     tree = export_source(lock, recipe.upstream, root / "src" / recipe.upstream, settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
@@ -152,7 +153,6 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries, settings
     if not prepared.source_dir.is_dir():
         raise SglforgeError(f"{recipe.path}: subdir '{recipe.subdir}' does not exist in "
                             f"'{recipe.upstream}' at {tree.commit}")
-    exported[recipe.upstream] = prepared
     return prepared
 
 
@@ -246,7 +246,6 @@ class _Context:
     tool: ToolchainFingerprint
     machine: Machine
     report: BuildReport
-    exported: dict[str, PreparedSource] = field(default_factory=dict)
     cuobjdump: Path | None = None
 
 
@@ -315,7 +314,7 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     ctx.report.step(f"{recipe.name}: fetch", t)
 
     t = time.monotonic()
-    prepared = prepare_source(ctx.lock, recipe, series, settings, ctx.exported)
+    prepared = prepare_source(ctx.lock, recipe, series, settings)
     ctx.report.step(f"{recipe.name}: prepare", t)
 
     work = root / "work" / recipe.name
