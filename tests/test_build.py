@@ -178,3 +178,25 @@ def test_fetchcontent_dependency_is_injected_never_downloaded(tmp_path):
     assert "FETCHCONTENT_FULLY_DISCONNECTED is set to true" in failed.stderr
     assert "dependency greetdep" in failed.stderr
     assert snapshot(project.root / "wheels") == before
+
+
+def test_dependencies_build_first_are_importable_and_key_the_dependent(tmp_path):
+    project = make_project(tmp_path, ("purepy", "usespy"))
+    first = project.run("build", "usespy")  # selecting usespy brings purepy along
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.index("purepy: building") < first.stdout.index("usespy: building")
+    wheels = {e["name"]: e for e in project.manifest()["wheels"]}
+    with zipfile.ZipFile(project.root / "wheels" / wheels["usespy"]["file"]) as archive:
+        assert archive.read("usespy.py") == b"BUILT_WITH = 'hello'\n"
+
+    # a new patch for purepy changes purepy's key and therefore usespy's
+    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
+                         {"src/purepy/__init__.py": 'def greet():\n    return "hi"\n'},
+                         "Change the greeting", project.root / "patches" / "purepy")
+    (project.root / "patches" / "purepy" / "series").write_text("0001-greeting.patch\n")
+    second = project.run("build")
+    assert second.returncode == 0, second.stderr
+    assert "purepy: building" in second.stdout and "usespy: building" in second.stdout
+    wheels = {e["name"]: e for e in project.manifest()["wheels"]}
+    with zipfile.ZipFile(project.root / "wheels" / wheels["usespy"]["file"]) as archive:
+        assert archive.read("usespy.py") == b"BUILT_WITH = 'hi'\n"
