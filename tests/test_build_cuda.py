@@ -89,3 +89,22 @@ def test_archs_are_selectable_per_recipe(tmp_path):
     with zipfile.ZipFile(project.root / "wheels" / entry["file"]) as archive:
         assert "cudaext/libcudaext.so" in archive.namelist()
     assert Path(project.build_root / "logs" / "cudaext.log").is_file()
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed")
+def test_compiler_cache_wraps_nvcc_without_changing_the_wheel(tmp_path):
+    import os
+
+    project = make_project(tmp_path, ("cudaext",))
+    cold = project.run("build", "--compiler-cache", "ccache")
+    assert cold.returncode == 0, cold.stderr
+    reference = project.manifest()["wheels"][0]["sha256"]
+    shutil.rmtree(project.build_root)
+    warm = project.run("build", "--compiler-cache", "ccache", "--no-wheel-cache")
+    assert warm.returncode == 0, warm.stderr
+    assert project.manifest()["wheels"][0]["sha256"] == reference
+    stats = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
+                           env=dict(os.environ, CCACHE_DIR=str(project.cache / "ccache"))).stdout
+    hits = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
+    assert int(hits.get("direct_cache_hit", "0")) + int(hits.get("preprocessed_cache_hit",
+                                                                  "0")) >= 3  # the .cu files

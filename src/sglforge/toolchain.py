@@ -218,10 +218,10 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
             + "\n".join(f"  - {p}" for p in problems),
             hint="`nox -s build` installs the pinned build requirements; by hand: "
                  "pip install -r <(sglforge build-requirements)")
-    cxx = os.environ.get("CXX", "c++")
     return ToolchainFingerprint(
         cuda=cuda.release if cuda else "none", nvcc=cuda.version_text if cuda else "none",
-        compiler=_first_line([cxx, "--version"], search_path) or "unknown",
+        # builds do not inherit CC/CXX: CMake and nvcc find these on the build PATH
+        compiler=_first_line(["c++", "--version"], search_path) or "unknown",
         cmake=_first_line(["cmake", "--version"], search_path),
         python=platform.python_version(),
         platform=f"{platform.system().lower()}-{platform.machine()}",
