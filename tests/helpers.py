@@ -37,4 +37,4 @@ def install_lock(python: Path, project_root: Path) -> subprocess.CompletedProces
         [str(python), "-m", "pip", "install", "--require-hashes", "--no-index",
          "--find-links", str(project_root / "wheels"), "-r",
          str(project_root / "lockfiles" / "wheels.lock")],
-        capture_output=True, text=True, env=pip_env())
+        capture_output=True, text=True, env=pip_env(), check=False)

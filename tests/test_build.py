@@ -53,9 +53,9 @@ def test_build_installs_with_local_version_provenance_and_lock(purepy, tmp_path)
     python = fresh_venv(tmp_path / "serving")
     install = install_lock(python, purepy.root)
     assert install.returncode == 0, install.stderr
-    out = subprocess.run([str(python), "-c", "import importlib.metadata as m, purepy; "
-                          "print(m.version('purepy'), purepy.greet())"],
-                         capture_output=True, text=True, check=True).stdout
+    code = "import importlib.metadata as m, purepy; print(m.version('purepy'), purepy.greet())"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                         check=True).stdout
     assert out.split() == ["1.2.3+cpu.e3b0c442", "hello"]
 
 

@@ -36,7 +36,7 @@ def test_normalized_wheels_are_identical_and_well_formed(tmp_path):
                    (2025, 5, 5, 5, 5, 5))
     outs = []
     for i, src in enumerate((a, b)):
-        out, info = postprocess(src, tmp_path / f"out{i}", expected_version="1.0+abc",
+        out, _ = postprocess(src, tmp_path / f"out{i}", expected_version="1.0+abc",
                                 expected_local=None, torch_version="2.13.0",
                                 provenance={"content_key": "k"}, epoch=1754049600)
         outs.append(out)

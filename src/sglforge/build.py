@@ -39,8 +39,14 @@ from sglforge.recipes import Recipe, load_recipes, select
 from sglforge.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.series import Backport, PatchSeries, backport_wants, load_series
 from sglforge.sources import ExportedTree, export_source, fetch_sources
-from sglforge.toolchain import (CudaToolkit, Toolchain, ToolchainFingerprint, find_cuda,
-                                fingerprint, load_toolchain)
+from sglforge.toolchain import (
+    CudaToolkit,
+    Toolchain,
+    ToolchainFingerprint,
+    find_cuda,
+    fingerprint,
+    load_toolchain,
+)
 
 LOG_TAIL_LINES = 40
 

@@ -38,8 +38,8 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.errors import ConfigErrors, SglforgeError
 from sglforge.pins import Lockfile
-from sglforge.toolchain import Toolchain, normalize_name
 from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
+from sglforge.toolchain import Toolchain, normalize_name
 
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
                 "build_dir", "build_root", "cmake_cuda_architectures", "torch_cuda_arch_list")
@@ -272,4 +272,4 @@ def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
     return sorted(wanted)
 
 
-__all__ = ["Recipe", "load_recipes", "parse_recipe", "select", "ConfigErrors"]
+__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "select"]

@@ -130,7 +130,8 @@ def find_cuda(toolchain: Toolchain, required: bool = True) -> CudaToolkit | None
         raise SglforgeError("nvcc not found (looked at $CUDA_HOME/bin, /usr/local/cuda/bin, PATH)",
                             hint=f"install the CUDA {toolchain.cuda} toolkit or set CUDA_HOME")
     nvcc = nvcc.resolve()
-    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                          check=False).stdout
     match = re.search(r"release ([0-9]+\.[0-9]+)", text)
     release = match.group(1) if match else "unknown"
     if release != toolchain.cuda:
@@ -144,7 +145,7 @@ def _first_line(cmd: list[str], search_path: str | None = None) -> str | None:
     binary = shutil.which(cmd[0], path=search_path)
     if not binary:
         return None
-    proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True)
+    proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True, check=False)
     lines = (proc.stdout or proc.stderr).strip().splitlines()
     return lines[0] if lines else None
 
