@@ -200,3 +200,16 @@ def test_dependencies_build_first_are_importable_and_key_the_dependent(tmp_path)
     wheels = {e["name"]: e for e in project.manifest()["wheels"]}
     with zipfile.ZipFile(project.root / "wheels" / wheels["usespy"]["file"]) as archive:
         assert archive.read("usespy.py") == b"BUILT_WITH = 'hi'\n"
+
+
+def test_a_build_that_downloads_fails_loudly(purepy):
+    upstreams.make_patch(purepy.mirror / "org" / "purepy", "0001-download.patch", {"setup.py": (
+        "import urllib.request\nfrom setuptools import setup\n"
+        "urllib.request.urlopen('https://pypi.org/simple/', timeout=10)\nsetup()\n")},
+        "Download during the build", purepy.root / "patches" / "purepy")
+    (purepy.root / "patches" / "purepy" / "series").write_text("0001-download.patch\n")
+    result = purepy.run("build")
+    assert result.returncode == 2
+    assert "build of purepy failed" in result.stderr
+    assert "urlopen" in result.stderr and "URLError" in result.stderr
+    assert not list((purepy.root / "wheels").glob("*.whl"))
