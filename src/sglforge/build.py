@@ -121,7 +121,7 @@ def _apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[s
     except ImportError:
         apply_series = None
     if apply_series is not None:
-        return [getattr(a, "name", str(a)) for a in apply_series(tree, series, settings)]
+        return [a.label for a in apply_series(tree, series, settings)]
     # ---- INTERIM: git am fallback (remove when sglforge.apply lands) -------------------
     applied = []
     for entry in series.entries:
