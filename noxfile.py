@@ -59,3 +59,35 @@ def tests(session: nox.Session) -> None:
     """The test suite (fixtures build synthetic upstream repos; no network needed)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+def _toolchain_python() -> str:
+    """The interpreter wheels are built with: `python` in lockfiles/toolchain.toml."""
+    import re
+
+    with open(os.path.join(ROOT, "lockfiles", "toolchain.toml"), encoding="utf-8") as handle:
+        match = re.search(r'^python\s*=\s*"([0-9.]+)"', handle.read(), re.MULTILINE)
+    return match.group(1) if match else "3"
+
+
+def _install_build_requirements(session: nox.Session) -> None:
+    session.install(".")
+    requirements = os.path.join(session.create_tmp(), "build-requirements.txt")
+    text = session.run("sglforge", "build-requirements", silent=True)
+    with open(requirements, "w", encoding="utf-8") as handle:
+        handle.write(text or "")
+    session.install("-r", requirements)
+
+
+@nox.session(python=_toolchain_python(), default=False)
+def build(session: nox.Session) -> None:
+    """Build wheels into wheels/ (-- [NAMES...] [--jobs N] [--compiler-cache ccache])."""
+    _install_build_requirements(session)
+    session.run("sglforge", "build", *session.posargs)
+
+
+@nox.session(python=_toolchain_python(), default=False)
+def verify(session: nox.Session) -> None:
+    """Rebuild from scratch and compare sha256 with wheels/manifest.json (-- [NAMES...])."""
+    _install_build_requirements(session)
+    session.run("sglforge", "verify", *session.posargs)

@@ -18,7 +18,8 @@ from sglforge.errors import SglforgeError
 from sglforge.project import Project, find_project
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = ["sglforge.cli_sources", "sglforge.cli_patches", "sglforge.cli_smoke"]
+VERB_MODULES = ["sglforge.cli_sources", "sglforge.cli_patches", "sglforge.cli_build",
+                "sglforge.cli_smoke"]
 
 
 @dataclass

@@ -1,0 +1,40 @@
+"""Shared helpers for the build tests: fresh venvs and offline, hash-checked installs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """name -> sha256 of every file (to prove a directory was left untouched)."""
+    return {str(p.relative_to(directory)): sha256(p) for p in sorted(directory.rglob("*"))
+            if p.is_file()}
+
+
+def fresh_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def pip_env() -> dict[str, str]:
+    """No config files, no find-links/index from the host: only what the command names."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def install_lock(python: Path, project_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "-m", "pip", "install", "--require-hashes", "--no-index",
+         "--find-links", str(project_root / "wheels"), "-r",
+         str(project_root / "lockfiles" / "wheels.lock")],
+        capture_output=True, text=True, env=pip_env(), check=False)
