@@ -140,8 +140,8 @@ def test_shipped_recipes_and_toolchain_are_valid(tmp_path):
     lock = parse_lockfile(tmp_path / "upstreams.toml")
     toolchain = load_toolchain(root / "lockfiles" / "toolchain.toml")
     recipes = load_recipes(root / "recipes", lock, toolchain)
-    assert {"sglang", "sglang-kernel", "flashinfer-python", "flashinfer-jit-cache", "deepgemm",
-            "tilelang", "nixl"} <= set(recipes)
+    assert {"sglang", "sglang-kernel", "flashinfer-python", "flashinfer-jit-cache", "sgl-deep-gemm",
+            "tilelang", "nixl-cu13"} <= set(recipes)
     assert recipes["sglang-kernel"].requires_torch_abi
     assert recipes["sglang-kernel"].cuda_archs == ("sm_120a",)
     assert recipes["flashinfer-jit-cache"].depends == ("flashinfer-python",)

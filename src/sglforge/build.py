@@ -28,16 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge import audit, hermetic, outputs, wheelpost
+from sglforge.apply import apply_series
 from sglforge.buildkey import BuildKey, compute_key
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
 from sglforge.fsutil import atomic_write_bytes, exclusive_lock, remove_tree
-from sglforge.git import git, git_out
+from sglforge.git import git_out
 from sglforge.pins import Lockfile, parse_lockfile
 from sglforge.project import Project
 from sglforge.recipes import Recipe, load_recipes, select
 from sglforge.scheduler import JobPlan, Machine, build_order, plan_jobs
-from sglforge.series import Backport, PatchSeries, backport_wants, load_series
+from sglforge.series import PatchSeries, backport_wants, load_series
 from sglforge.sources import ExportedTree, export_source, fetch_sources
 from sglforge.toolchain import (
     CudaToolkit,
@@ -107,36 +108,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[str]:
-    """Apply `series` to the exported work tree, one commit per entry.
-
-    Uses `sglforge.apply.apply_series` (the foundation's strict applier) when present.
-    INTERIM SEAM — until that module is merged into this branch: local patches are applied
-    with `git am` (no fuzz: git am refuses anything that does not apply exactly). Delete the
-    fallback at merge.
-    """
-    if not series.entries:
-        return []
-    try:
-        from sglforge.apply import apply_series  # type: ignore[attr-defined]
-    except ImportError:
-        apply_series = None
-    if apply_series is not None:
-        return [a.label for a in apply_series(tree, series, settings)]
-    # ---- INTERIM: git am fallback (remove when sglforge.apply lands) -------------------
-    applied = []
-    for entry in series.entries:
-        if isinstance(entry, Backport):
-            raise SglforgeError(f"{series.path}:{entry.line}: backports need sglforge.apply")
-        proc = git("am", "--quiet", "--committer-date-is-author-date", str(entry.path),
-                   cwd=tree, check=False, env={"GIT_COMMITTER_NAME": "sglforge",
-                                               "GIT_COMMITTER_EMAIL": "sglforge@localhost"})
-        if proc.returncode != 0:
-            git("am", "--abort", cwd=tree, check=False)
-            raise SglforgeError(f"{series.path}:{entry.line}: {entry.name} does not apply: "
-                                f"{proc.stderr.decode(errors='replace').strip()}")
-        applied.append(entry.name)
-    return applied
-    # ---- end INTERIM -------------------------------------------------------------------
+    """Apply `series` strictly to the exported work tree, one commit per entry."""
+    return [a.label for a in apply_series(tree, series, settings)]
 
 
 def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,

@@ -59,4 +59,26 @@ def render_plan(project: Project, settings: Settings) -> str:
         if series.entries:
             step += 1
             out.append(f"  {step}. apply {len(series.entries)} patch(es), one commit each")
+    for line in _build_steps(project, lock):
+        step += 1
+        out.append(f"  {step}. {line}")
     return "\n".join(out)
+
+
+def _build_steps(project: Project, lock) -> list[str]:  # noqa: ANN001
+    """One line per recipe, in dependency order (nothing when there are no recipes yet)."""
+    if not project.recipes_dir.is_dir() or not project.toolchain.exists():
+        return []
+    from sglforge.recipes import load_recipes
+    from sglforge.scheduler import build_order
+    from sglforge.toolchain import load_toolchain
+
+    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    lines = []
+    for name in build_order({n: r.depends for n, r in recipes.items()}):
+        recipe = recipes[name]
+        archs = ", ".join(recipe.cuda_archs) or "no device code"
+        after = f", after {', '.join(recipe.depends)}" if recipe.depends else ""
+        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{after})")
+    lines.append("post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
+    return lines
