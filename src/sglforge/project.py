@@ -26,6 +26,11 @@ class Project:
         return self.root / "lockfiles" / "wheels.lock"
 
     @property
+    def runtime_lock(self) -> Path:
+        """Hand-reviewed, hash-pinned third-party runtime requirements (copied into wheels.lock)."""
+        return self.root / "lockfiles" / "runtime.lock"
+
+    @property
     def patches_dir(self) -> Path:
         return self.root / "patches"
 
