@@ -17,7 +17,6 @@ The pipeline, one named step each, with timings printed at the end:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import subprocess
@@ -32,7 +31,7 @@ from sglforge.apply import apply_series
 from sglforge.buildkey import BuildKey, compute_key
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
-from sglforge.fsutil import atomic_write_bytes, exclusive_lock, remove_tree
+from sglforge.fsutil import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
 from sglforge.git import git_out
 from sglforge.pins import Lockfile, parse_lockfile
 from sglforge.project import Project
@@ -93,14 +92,6 @@ class PreparedSource:
     applied: list[str]
     fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
     source_date_epoch: int
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from sglforge.pins import Lockfile
 from sglforge.recipes import Recipe
+from sglforge.requirements import canonical_name
 from sglforge.series import PatchSeries
-from sglforge.toolchain import ToolchainFingerprint, normalize_name
+from sglforge.toolchain import ToolchainFingerprint
 
 # Bump when sglforge changes how it builds or post-processes (changes outputs for same inputs).
 BUILD_FORMAT = 1
@@ -35,7 +36,7 @@ class BuildKey:
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
                 tool: ToolchainFingerprint, build_root: Path,
                 dep_keys: dict[str, str]) -> BuildKey:
-    requires = {normalize_name(r) for r in recipe.build_requires}
+    requires = {canonical_name(r) for r in recipe.build_requires}
     toolchain = tool.as_dict()
     toolchain["build_requires"] = {k: v for k, v in toolchain["build_requires"].items()
                                    if k in requires}

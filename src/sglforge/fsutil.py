@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
@@ -11,6 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sglforge.errors import SglforgeError
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

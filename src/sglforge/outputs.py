@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 from sglforge.errors import ConfigErrors
 from sglforge.fsutil import atomic_write_bytes, atomic_write_text
 from sglforge.project import Project
+from sglforge.requirements import canonical_name, parse_pinned
 from sglforge.toolchain import Toolchain
 
 MANIFEST = "manifest.json"
@@ -31,18 +31,18 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = out_dir / MANIFEST
     old = load_manifest(manifest_path)
-    new_names = {_canonical(w.name) for w in wheels}
-    kept = [e for e in old if _canonical(e["name"]) not in new_names
+    new_names = {canonical_name(w.name) for w in wheels}
+    kept = [e for e in old if canonical_name(e["name"]) not in new_names
             and (out_dir / e["file"]).is_file()]
     for entry in old:
-        if _canonical(entry["name"]) in new_names and entry["file"] not in {
+        if canonical_name(entry["name"]) in new_names and entry["file"] not in {
                 w.path.name for w in wheels}:
             stale = out_dir / entry["file"]
             if stale.is_file():
                 os.unlink(stale)
     for wheel in wheels:
         atomic_write_bytes(out_dir / wheel.path.name, wheel.path.read_bytes())
-    entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: _canonical(e["name"]))
+    entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: canonical_name(e["name"]))
     manifest = {"format": MANIFEST_FORMAT,
                 "generated_by": "sglforge build (nox -s build); do not edit",
                 "wheels": entries}
@@ -59,43 +59,17 @@ def load_manifest(path: Path) -> list[dict]:
         return []
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;]+)(?P<rest>.*)$")
-_HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}(\s|$)")
-
-
 def read_runtime_lock(path: Path, our_names: set[str]) -> list[str]:
-    """The requirement lines of `lockfiles/runtime.lock`, checked: each an exact `==` pin with
-    a sha256 hash, and none naming a wheel sglforge builds (that one would be shadowed)."""
+    """The requirements of `lockfiles/runtime.lock`, checked: exact `==` pins with a sha256
+    hash, and none naming a wheel sglforge builds (that one would be shadowed)."""
     if not path.is_file():
         return []
-    problems, pins, pending, start = [], [], "", 0
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line, pending = (pending + line).strip(), ""
-        if not line:
-            continue
-        match = _PIN.match(line)
-        if not match:
-            problems.append(f"line {start}: {line[:60]!r} is not an exact `name==version` pin")
-        elif not _HASH.search(match.group("rest")):
-            problems.append(f"line {start}: {match.group('name')} has no --hash=sha256:<64 hex>")
-        elif _canonical(match.group("name")) in our_names:
-            problems.append(f"line {start}: {match.group('name')} is built by sglforge "
-                            "(recipes/); remove it here")
-        else:
-            pins.append(" ".join(line.split()))
+    pins, problems = parse_pinned(path.read_text())
+    problems += [f"line {pin.line}: {pin.name} is built by sglforge (recipes/); remove it here"
+                 for pin in pins if pin.name in our_names]
     if problems:
         raise ConfigErrors(path, problems)
-    return pins
+    return [pin.text for pin in pins]
 
 
 def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = ()) -> str:
@@ -109,7 +83,7 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
         f"# toolchain: CUDA {toolchain.cuda}, python {toolchain.python}{torch}",
     ]
     for entry in entries:
-        lines.append(f"{_canonical(entry['name'])}=={entry['version']} "
+        lines.append(f"{canonical_name(entry['name'])}=={entry['version']} "
                      f"--hash=sha256:{entry['sha256']}")
     if runtime:
         lines.append("# third-party runtime pins, copied from lockfiles/runtime.lock:")
@@ -120,8 +94,8 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
 def publish(project: Project, wheels: list, toolchain: Toolchain) -> list[dict]:
     # Checked before anything is written: a bad runtime.lock must not leave wheels/ half-new.
     runtime = read_runtime_lock(project.runtime_lock,
-                                {_canonical(e["name"]) for e in load_manifest(
-                                    project.wheels_dir / MANIFEST)} | {_canonical(w.name)
+                                {canonical_name(e["name"]) for e in load_manifest(
+                                    project.wheels_dir / MANIFEST)} | {canonical_name(w.name)
                                                                        for w in wheels})
     entries = write_wheels(project.wheels_dir, wheels)
     atomic_write_text(project.wheels_lock, render_lock(entries, toolchain, runtime))

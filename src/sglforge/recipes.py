@@ -38,8 +38,9 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.errors import ConfigErrors, SglforgeError
 from sglforge.pins import Lockfile
+from sglforge.requirements import canonical_name
 from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
-from sglforge.toolchain import Toolchain, normalize_name
+from sglforge.toolchain import Toolchain
 
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
                 "build_dir", "build_root", "cmake_cuda_architectures", "torch_cuda_arch_list")
@@ -172,7 +173,7 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
             reader.error("build-requires", f"{req!r} is not pinned in {toolchain.path.name}")
     if requires_torch_abi and toolchain.torch is None:
         reader.error("requires-torch-abi", f"{toolchain.path.name} pins no torch")
-    if requires_torch_abi and "torch" not in {normalize_name(r) for r in build_requires}:
+    if requires_torch_abi and "torch" not in {canonical_name(r) for r in build_requires}:
         reader.error("requires-torch-abi", "an ABI-bound wheel must list torch in build-requires")
     for dep in depends:
         if not RECIPE_NAME.fullmatch(dep) or dep == name:

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
-from sglforge.fsutil import replace_dir, staging_dir
+from sglforge.fsutil import replace_dir, sha256_file, staging_dir
 from sglforge.git import git, git_out, has_commit
 from sglforge.pins import Lockfile, Pin
 
@@ -379,7 +379,7 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
             if not tarball.exists():
                 raise SglforgeError(f"{name}: archive sha256 {pin.sha256} is not in the cache; "
                                     "run `nox -s fetch` first")
-            actual = _sha256_file(tarball)
+            actual = sha256_file(tarball)
             if actual != pin.sha256:
                 raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
                                     f"{pin.sha256}, got {actual} ({tarball})")
@@ -409,14 +409,6 @@ def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
         env={"GIT_AUTHOR_NAME": "sglforge", "GIT_AUTHOR_EMAIL": "sglforge@localhost",
              "GIT_COMMITTER_NAME": "sglforge", "GIT_COMMITTER_EMAIL": "sglforge@localhost"})
     return dest
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,7 +509,7 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
             imported.append(f"{entry['url']}: {len(entry['commits'])} commit(s)")
         for entry in manifest["tarballs"]:
             source = work / entry["file"]
-            actual = _sha256_file(source)
+            actual = sha256_file(source)
             if actual != entry["sha256"]:
                 raise SglforgeError(f"{bundle}: {entry['name']}: expected sha256 "
                                     f"{entry['sha256']}, got {actual}")

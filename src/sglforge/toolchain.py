@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.errors import SglforgeError
+from sglforge.requirements import canonical_name
 from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
 
 VERSION = re.compile(r"[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)")
@@ -50,21 +51,19 @@ class Toolchain:
         return self.cuda.replace(".", "")
 
     def pinned_version(self, name: str) -> str | None:
-        key = normalize_name(name)
+        key = canonical_name(name)
         if key == "torch":
             return self.torch
         return self.build_requires.get(key)
 
     def requirements(self, names: list[str]) -> list[str]:
         """`name==version` lines for `names` (all pins when empty)."""
-        wanted = [normalize_name(n) for n in names] or sorted(
+        wanted = [canonical_name(n) for n in names] or sorted(
             set(self.build_requires) | ({"torch"} if self.torch else set()))
         return [f"{n}=={self.pinned_version(n)}" for n in sorted(set(wanted))
                 if self.pinned_version(n)]
 
 
-def normalize_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def load_toolchain(path: Path) -> Toolchain:
@@ -87,10 +86,10 @@ def load_toolchain(path: Path) -> Toolchain:
                           locate=lambda key: key_line(text, header, key) if header else None)
         value = sub.str(name, pattern=VERSION.pattern,
                         describe="an exact version (like \"80.9.0\"; no ranges)")
-        if normalize_name(name) == "torch":
+        if canonical_name(name) == "torch":
             sub.error(name, "torch is pinned by the top-level 'torch' key")
         elif value:
-            build_requires[normalize_name(name)] = value
+            build_requires[canonical_name(name)] = value
     problems.raise_if_any()
     assert cuda is not None and python is not None
     return Toolchain(path, cuda, python, torch, torch_index, build_requires)
@@ -200,7 +199,7 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
         problems.append(f"python: pinned {toolchain.python}, running {running} ({sys.executable})")
     found: dict[str, str] = {}
     torch = None
-    for name in sorted({normalize_name(n) for n in requires}):
+    for name in sorted({canonical_name(n) for n in requires}):
         want = toolchain.pinned_version(name)
         have = installed_version(name)
         if want is None:

@@ -11,26 +11,19 @@ Kept separate from the build's writer so the two can be unified later.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sglforge.errors import ConfigErrors, SglforgeError
+from sglforge.fsutil import sha256_file
+from sglforge.requirements import canonical_name, parse_pinned
 
 PROVENANCE_FILE = "sglforge-build.json"
 REQUIRED_PROVENANCE_KEYS = ("upstream", "commit", "version", "cuda_archs", "requires_torch",
                             "toolchain")
-_LOCK_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)(?P<rest>.*)$")
-_HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})")
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 name normalization (`Sglang_Kernel` == `sglang-kernel`)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -98,43 +91,10 @@ def parse_lock(path: Path) -> tuple[LockEntry, ...]:
     except FileNotFoundError:
         raise SglforgeError(f"{path}: file not found",
                             hint="build the wheels first (`nox -s build`) or pass --lock") from None
-    problems: list[str] = []
-    entries: list[LockEntry] = []
-    logical: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        pending += line
-        if pending.strip():
-            logical.append((start, pending.strip()))
-        pending = ""
-    for number, line in logical:
-        match = _LOCK_LINE.match(line)
-        if not match:
-            problems.append(f"line {number}: expected 'name==version --hash=sha256:<hex>', "
-                            f"got {line!r}")
-            continue
-        hashes = tuple(h.group("hex") for h in _HASH.finditer(match.group("rest")))
-        if not hashes:
-            problems.append(f"line {number}: {match.group('name')} has no --hash=sha256:<hex> "
-                            "(pip --require-hashes needs one)")
-            continue
-        entries.append(LockEntry(normalize_name(match.group("name")), match.group("version"),
-                                 hashes, number))
-    seen: dict[str, int] = {}
-    for entry in entries:
-        if entry.name in seen:
-            problems.append(f"line {entry.line}: {entry.name} is pinned twice "
-                            f"(also line {seen[entry.name]})")
-        seen[entry.name] = entry.line
+    pins, problems = parse_pinned(text)
     if problems:
         raise ConfigErrors(path, problems)
-    return tuple(entries)
+    return tuple(LockEntry(p.name, p.version, p.hashes, p.line) for p in pins)
 
 
 def read_wheel_provenance(path: Path) -> dict[str, Any]:
@@ -176,14 +136,6 @@ def _provenance(data: Any, where: str, problems: list[str]) -> Provenance | None
                       raw=data)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
     """Read and cross-check manifest, lock and wheel files; any disagreement is an error."""
     manifest_path = wheels_dir / "manifest.json"
@@ -209,7 +161,7 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
             problems.append(f"{where}: needs string keys file, sha256, name, version")
             continue
         where = f"wheels[{index}] ({entry['file']})"
-        name, version = normalize_name(entry["name"]), entry["version"]
+        name, version = canonical_name(entry["name"]), entry["version"]
         path = wheels_dir / entry["file"]
         if not path.is_file():
             problems.append(f"{where}: file {path} is missing")
