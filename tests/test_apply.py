@@ -151,16 +151,23 @@ def test_path_escapes_are_refused_before_anything_is_written(world, upstreams, t
     assert not (world.build_root / "src/evil.txt").exists()
 
 
-def test_backport_by_reference_is_produced_verified_and_committed(world, upstreams, tree):
+def upstream_fix(world, upstreams, message: str, files: dict[str, str]) -> tuple[str, str]:  # noqa: ANN001
+    """An upstream commit on a side branch of alpha (what a backport refers to), fetched into
+    the cache; returns (commit, sha256 of its normalized diff)."""
     alpha = upstreams.alpha
-    run_git(alpha.path, "checkout", "--quiet", "-b", "fix-branch", upstreams.pinned)
-    fix = alpha.commit("Upstream: fix f7\n\nLong explanation.", edit_core(7, "77"))
+    run_git(alpha.path, "checkout", "--quiet", "-B", "fix-branch", upstreams.pinned)
+    fix = alpha.commit(message, files)
     run_git(alpha.path, "checkout", "--quiet", "main")
     cache = sources.SourceCache(world.cache)
     with cache.locked():
         sources.fetch_commit(cache, sources.GitWant(world.url("org/alpha"), fix, "t"),
                              world.settings(), False)
-    digest = digest_of(cache.git_dir(world.url("org/alpha")), fix)
+    return fix, digest_of(cache.git_dir(world.url("org/alpha")), fix)
+
+
+def test_backport_by_reference_is_produced_verified_and_committed(world, upstreams, tree):
+    fix, digest = upstream_fix(world, upstreams, "Upstream: fix f7\n\nLong explanation.",
+                               edit_core(7, "77"))
     world.write_series("alpha", [f"backport {world.url('org/alpha')} {fix} sha256={digest}"])
     applied = tree.apply()
     assert applied[0].label == f"backport {fix[:12]}"
@@ -187,16 +194,8 @@ def test_backport_with_wrong_digest_fails_closed(world, upstreams, tree):
 
 
 def test_backport_exclude_drops_files_and_unknown_exclude_is_an_error(world, upstreams, tree):
-    alpha = upstreams.alpha
-    run_git(alpha.path, "checkout", "--quiet", "-b", "fix-branch", upstreams.pinned)
-    fix = alpha.commit("Upstream: two files", {**edit_core(7, "77"),
-                                               "src/alpha/__init__.py": "VALUE = 7\n"})
-    run_git(alpha.path, "checkout", "--quiet", "main")
-    cache = sources.SourceCache(world.cache)
-    with cache.locked():
-        sources.fetch_commit(cache, sources.GitWant(world.url("org/alpha"), fix, "t"),
-                             world.settings(), False)
-    digest = digest_of(cache.git_dir(world.url("org/alpha")), fix)
+    fix, digest = upstream_fix(world, upstreams, "Upstream: two files",
+                               {**edit_core(7, "77"), "src/alpha/__init__.py": "VALUE = 7\n"})
     url = world.url("org/alpha")
     world.write_series("alpha", [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
     tree.apply()

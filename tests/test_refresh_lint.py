@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sglforge import sources
-from sglforge.backport import digest_of
 from sglforge.cli import main
 from sglforge.lint import lint_project
 from sglforge.pins import parse_lockfile
 from sglforge.project import Project
 from tests.fixtures.gitrepos import local_patch, run_git
-from tests.test_apply import edit_core
+from tests.test_apply import edit_core, upstream_fix
 
 
 def core_text(values: dict[int, str], header: str = "") -> str:
@@ -71,16 +69,8 @@ def test_refresh_that_conflicts_changes_nothing(world, upstreams, capsys):
 
 
 def test_refresh_splits_a_backport_that_no_longer_applies_strictly(world, upstreams, capsys):
-    alpha = upstreams.alpha
-    run_git(alpha.path, "checkout", "--quiet", "-b", "feature", upstreams.pinned)
-    fix = alpha.commit("Upstream: fix f10 and VALUE", {**edit_core(10, "1010"),
-                                                       "src/alpha/__init__.py": "VALUE = 10\n"})
-    run_git(alpha.path, "checkout", "--quiet", "main")
-    cache = sources.SourceCache(world.cache)
-    with cache.locked():
-        sources.fetch_commit(cache, sources.GitWant(world.url("org/alpha"), fix, "t"),
-                             world.settings(), False)
-    digest = digest_of(cache.git_dir(world.url("org/alpha")), fix)
+    fix, digest = upstream_fix(world, upstreams, "Upstream: fix f10 and VALUE",
+                               {**edit_core(10, "1010"), "src/alpha/__init__.py": "VALUE = 10\n"})
     url = world.url("org/alpha")
     world.write_series("alpha", [f"backport {url} {fix} sha256={digest}"])
     # Upstream edits the outermost context line of the f10 hunk: strict application fails
