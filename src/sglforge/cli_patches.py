@@ -134,8 +134,11 @@ def _digest(args: argparse.Namespace, settings) -> int:  # noqa: ANN001
     url, commit = args.targets
     cache = sources.SourceCache(settings.cache_dir)
     with cache.locked():
-        sources.fetch_commit(cache, sources.GitWant(url, commit, f"backport {commit[:12]}"),
-                             settings, offline=args.offline)
+        state = sources.fetch_commit(
+            cache, sources.GitWant(url, commit, f"backport {commit[:12]}"), settings,
+            offline=args.offline)
+    if state == "missing":
+        raise SglforgeError(f"offline: commit {commit} of {url} is not in the cache")
     digest = digest_of(cache.git_dir(url), commit)
     print(f"backport {url} {commit} sha256={digest}")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,14 +105,14 @@ def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[
     git("read-tree", "--reset", "-u", picked, cwd=tree)  # index + files = the merged result
     today = dt.date.today().isoformat()
     name = f"{number:04d}-resolve-backport-{entry.commit[:12]}.patch"
-    message = (
-        f"Resolve backport {entry.commit[:12]} onto {onto[:12]}\n\n"
-        f"Description: Our resolution of the files of upstream commit {entry.commit} that do\n"
-        f" not apply strictly to {onto}: {', '.join(failing)}. The backport entry\n"
-        f" excludes them. Drop this patch together with the backport once the pin contains\n"
-        f" {entry.commit[:12]}.\n"
-        f"Origin: backport, {entry.url}/commit/{entry.commit}\n"
-        f"Forwarded: not-needed\nLast-Update: {today}\n")
+    description = textwrap.fill(
+        f"Our resolution of the files of upstream commit {entry.commit} that do not apply "
+        f"strictly to {onto}: {', '.join(failing)}. The backport entry excludes them. Drop "
+        f"this patch together with the backport once the pin contains {entry.commit[:12]}.",
+        width=88, initial_indent="Description: ", subsequent_indent=" ")
+    message = (f"Resolve backport {entry.commit[:12]} onto {onto[:12]}\n\n{description}\n"
+               f"Origin: backport, {entry.url}/commit/{entry.commit}\n"
+               f"Forwarded: not-needed\nLast-Update: {today}\n")
     git("commit", "--quiet", "--no-verify", "-m", message, cwd=tree, config=STRICT,
         env=dict(COMMITTER, GIT_AUTHOR_NAME="sglforge refresh",
                  GIT_AUTHOR_EMAIL="sglforge@localhost"))
