@@ -59,6 +59,7 @@ class Config:
     keep: bool = False
     only: tuple[str, ...] = ()
     render: Path | None = None
+    warmup: int = 1
 
     @property
     def n_mid(self) -> int:
@@ -299,6 +300,9 @@ class Bench:
     config: Config
     work: Path
     cases: dict[str, Case] = field(default_factory=dict)
+    world: object = None  # the 200-patch fixture (tests.fixtures.gitrepos.World)
+    check_cpus: set[int] = field(default_factory=set)
+    check_args: list[str] = field(default_factory=list)
     projects: dict[tuple[str, int], FixtureProject] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -320,116 +324,117 @@ class Bench:
     def log(self, project: FixtureProject) -> Path:
         return project.root.parent / "bench.log"
 
-    # 1 + 2 + 6: cold build, then the no-op rebuild, then verify (N = middle, sm_120a)
-    def cold_noop_verify(self) -> None:
-        cfg = self.config
-        for run in range(cfg.runs):
-            for archs in ARCH_SETS:  # noqa: PLC0206 - the names; ARCH_SETS maps them to archs
-                for n in cfg.ns:
-                    project = self.project(archs, n)
-                    log = self.log(project)
-                    label = f"N={n} {archs}"
-                    fresh_state(project)
-                    m, text = build(project, log)
-                    cold = self.case("cold", label, n=n, archs=list(ARCH_SETS[archs]))
-                    cold.runs.append(m)
-                    cold.extra.append({"planned_jobs": planned_jobs(text),
-                                       "cmake_configure_s": configure_seconds(project)})
-                    say(f"cold {label} run {run + 1}/{cfg.runs}: {describe(m)}")
-                    if archs != "sm_120a":
-                        continue
-                    if cfg.wants("noop"):
-                        m, text = build(project, log)
-                        if "cached (key" not in text or "building (key" in text:
-                            raise BenchError(f"no-op rebuild {label} was not a cache hit; "
-                                             f"log {log}")
-                        self.case("noop", label, n=n).runs.append(m)
-                        say(f"no-op {label} run {run + 1}/{cfg.runs}: {describe(m)}")
-                    if cfg.wants("verify") and n == cfg.n_mid:
-                        m = sglforge([*project.args(), "verify"], cwd=project.root, log=log)
-                        self.case("verify", label, n=n).runs.append(m)
-                        say(f"verify {label} run {run + 1}/{cfg.runs}: {describe(m)} "
-                            "(bit-identical)")
+    # Runs interleave: run r of every case, then run r + 1, so that a ratio between two cases
+    # compares runs minutes apart, not phases of the bench a quarter of an hour apart.
+    def warm_up(self) -> None:
+        """One uncounted cold build per arch set: the first build after a while pays for page
+        cache misses on nvcc, cmake and the venv (measured: ~30 % slower)."""
+        n = min(self.config.ns)
+        for archs in ARCH_SETS:
+            project = self.project(archs, n)
+            fresh_state(project)
+            m, _ = build(project, self.log(project))
+            say(f"warm-up N={n} {archs} (not counted): {describe(m)}")
 
-    # 3: one-file change, compiler cache on and off
-    def one_file(self) -> None:
+    # 1 + 2 + 6: cold build, then the no-op rebuild, then verify (N = middle, sm_120a)
+    def cold(self, run: int, archs: str, n: int) -> None:
         cfg = self.config
-        have_ccache = shutil.which("ccache") is not None
-        if not have_ccache:
-            self.notes.append("one-file change with compiler cache: ccache not installed "
-                              "(measured without it only)")
-            say("ccache not installed: the one-file change is measured without a cache only")
-        for n in cfg.ns:
-            project = self.project("sm_120a", n)
-            log = self.log(project)
-            label = f"N={n} sm_120a"
-            if have_ccache:
-                fixtures.clear_series(project)
-                fresh_state(project, ccache=True)
-                m, _ = build(project, log, "--compiler-cache", "ccache")
-                self.case("ccache-populate", label, n=n).runs.append(m)
-                say(f"cold with empty ccache {label}: {describe(m)}")
-            for run in range(cfg.runs):
-                fixtures.write_one_file_patch(project, run, n, cfg.instantiations)
-                if have_ccache:
-                    shutil.rmtree(project.cache / "wheels", ignore_errors=True)
-                    ccache_stats(project, zero=True)
-                    m, text = build(project, log, "--compiler-cache", "ccache")
-                    expect_rebuild(text, label, log)
-                    case = self.case("one-file-ccache", label, n=n)
-                    case.runs.append(m)
-                    stats = ccache_stats(project)
-                    case.extra.append({"ccache": stats,
-                                       "cmake_configure_s": configure_seconds(project)})
-                    say(f"one-file ccache {label} run {run + 1}/{cfg.runs}: {describe(m)}; "
-                        f"ccache {stats['hits']} hits, {stats['misses']} misses")
-                shutil.rmtree(project.cache / "wheels", ignore_errors=True)
-                m, text = build(project, log)
-                expect_rebuild(text, label, log)
-                self.case("one-file-nocache", label, n=n).runs.append(m)
-                say(f"one-file no cache {label} run {run + 1}/{cfg.runs}: {describe(m)}")
+        project = self.project(archs, n)
+        log = self.log(project)
+        label = f"N={n} {archs}"
+        fixtures.clear_series(project)
+        fresh_state(project)
+        m, text = build(project, log)
+        case = self.case("cold", label, n=n, archs=list(ARCH_SETS[archs]))
+        case.runs.append(m)
+        case.extra.append({"planned_jobs": planned_jobs(text),
+                           "cmake_configure_s": configure_seconds(project)})
+        say(f"cold {label} run {run + 1}/{cfg.runs}: {describe(m)}")
+        if archs != "sm_120a":
+            return
+        if cfg.wants("noop"):
+            m, text = build(project, log)
+            if "cached (key" not in text or "building (key" in text:
+                raise BenchError(f"no-op rebuild {label} was not a cache hit; log {log}")
+            self.case("noop", label, n=n).runs.append(m)
+            say(f"no-op {label} run {run + 1}/{cfg.runs}: {describe(m)}")
+        if cfg.wants("verify") and n == cfg.n_mid:
+            m = sglforge([*project.args(), "verify"], cwd=project.root, log=log)
+            self.case("verify", label, n=n).runs.append(m)
+            say(f"verify {label} run {run + 1}/{cfg.runs}: {describe(m)} (bit-identical)")
+
+    # 3: one-file change, compiler cache on and off (right after the cold build of that N)
+    def one_file(self, run: int, n: int, have_ccache: bool) -> None:
+        cfg = self.config
+        project = self.project("sm_120a", n)
+        log = self.log(project)
+        label = f"N={n} sm_120a"
+        if have_ccache and run == 0:  # fill an empty ccache with the unpatched TUs, once
             fixtures.clear_series(project)
+            fresh_state(project, ccache=True)
+            m, _ = build(project, log, "--compiler-cache", "ccache")
+            self.case("ccache-populate", label, n=n).runs.append(m)
+            say(f"cold with empty ccache {label}: {describe(m)}")
+        fixtures.write_one_file_patch(project, run, n, cfg.instantiations)
+        if have_ccache:
+            shutil.rmtree(project.cache / "wheels", ignore_errors=True)
+            ccache_stats(project, zero=True)
+            m, text = build(project, log, "--compiler-cache", "ccache")
+            expect_rebuild(text, label, log)
+            case = self.case("one-file-ccache", label, n=n)
+            case.runs.append(m)
+            stats = ccache_stats(project)
+            case.extra.append({"ccache": stats, "cmake_configure_s": configure_seconds(project)})
+            say(f"one-file ccache {label} run {run + 1}/{cfg.runs}: {describe(m)}; "
+                f"ccache {stats['hits']} hits, {stats['misses']} misses")
+        shutil.rmtree(project.cache / "wheels", ignore_errors=True)
+        m, text = build(project, log)
+        expect_rebuild(text, label, log)
+        self.case("one-file-nocache", label, n=n).runs.append(m)
+        say(f"one-file no cache {label} run {run + 1}/{cfg.runs}: {describe(m)}")
+        fixtures.clear_series(project)
 
     # 4: a memory budget that fits k < cores jobs
-    def memory_budget(self) -> None:
+    def memory_budget(self, run: int) -> None:
         cfg = self.config
         cores = len(os.sched_getaffinity(0))
         k = max(1, cores // 2)
         budget = k * MEM_PER_JOB_MIB + MEM_PER_JOB_MIB // 2  # room for k jobs, not k + 1
         n = cfg.n_mid
         project = self.project("sm_120a", n)
-        log = self.log(project)
         env = child_env(SGLFORGE_MEM_AVAILABLE=f"{budget}MiB")
         label = f"N={n} sm_120a, budget {budget} MiB"
         case = self.case("memory", label, n=n, cores=cores, k_fit=k,
                          mem_per_job_bytes=MEM_PER_JOB_MIB << 20, budget_bytes=budget << 20)
-        for run in range(cfg.runs):
-            fresh_state(project)
-            m, text = build(project, log, "--mem-per-job", f"{MEM_PER_JOB_MIB}MiB", env=env)
-            case.runs.append(m)
-            jobs = planned_jobs(text)
-            case.extra.append({"planned_jobs": jobs,
-                               "utilisation_of_cores": m.cpu_s / (m.wall_s * cores),
-                               "utilisation_of_slots": m.cpu_s / (m.wall_s * (jobs or k))})
-            say(f"memory budget {label} run {run + 1}/{cfg.runs}: {describe(m)}; planned "
-                f"MAX_JOBS={jobs}")
+        fixtures.clear_series(project)
+        fresh_state(project)
+        m, text = build(project, self.log(project), "--mem-per-job", f"{MEM_PER_JOB_MIB}MiB",
+                        env=env)
+        case.runs.append(m)
+        jobs = planned_jobs(text)
+        case.extra.append({"planned_jobs": jobs,
+                           "utilisation_of_cores": m.cpu_s / (m.wall_s * cores),
+                           "utilisation_of_slots": m.cpu_s / (m.wall_s * (jobs or k))})
+        say(f"memory budget {label} run {run + 1}/{cfg.runs}: {describe(m)}; planned "
+            f"MAX_JOBS={jobs}")
 
-    # 5: patches check of 200 patches
-    def patch_check(self) -> None:
-        cfg = self.config
-        world = fixtures.patch_series_world(self.work / "patch-check", PATCH_COUNT)
-        log = self.work / "patch-check" / "bench.log"
+    # 5: patches check of 200 patches, pinned to 2 CPUs
+    def patch_check_setup(self) -> None:
+        self.world = fixtures.patch_series_world(self.work / "patch-check", PATCH_COUNT)
         allowed = sorted(os.sched_getaffinity(0))
-        cpus = set(allowed[:CHECK_CPUS])
-        args = [*world.cli_args(), "patches", "check"]
-        first = sglforge(args, cwd=world.project, log=log, cpus=cpus)
-        case = self.case("check", f"{PATCH_COUNT} patches", patches=PATCH_COUNT,
-                         cpus=len(cpus), first_run_wall_s=first.wall_s)
+        self.check_cpus = set(allowed[:CHECK_CPUS])
+        self.check_args = [*self.world.cli_args(), "patches", "check"]
+        first = sglforge(self.check_args, cwd=self.world.project,
+                         log=self.work / "patch-check" / "bench.log", cpus=self.check_cpus)
+        self.case("check", f"{PATCH_COUNT} patches", patches=PATCH_COUNT,
+                  cpus=len(self.check_cpus), first_run_wall_s=first.wall_s)
         say(f"patches check, first run (fills the source cache): {describe(first)}")
-        for run in range(cfg.runs):
-            m = sglforge(args, cwd=world.project, log=log, cpus=cpus)
-            case.runs.append(m)
-            say(f"patches check {PATCH_COUNT} run {run + 1}/{cfg.runs}: {describe(m)}")
+
+    def patch_check(self, run: int) -> None:
+        m = sglforge(self.check_args, cwd=self.world.project,
+                     log=self.work / "patch-check" / "bench.log", cpus=self.check_cpus)
+        self.case("check", f"{PATCH_COUNT} patches").runs.append(m)
+        say(f"patches check {PATCH_COUNT} run {run + 1}/{self.config.runs}: {describe(m)}")
 
     def run(self) -> None:
         cfg = self.config
@@ -437,15 +442,27 @@ class Bench:
         if not cuda:
             self.notes.append("nvcc not found: CUDA figures (1-4, 6) skipped")
             say("nvcc not found: only the patch check runs")
-        if cuda and (cfg.wants("cold") or cfg.wants("noop") or cfg.wants("verify")
-                     or cfg.wants("one-file")):
-            self.cold_noop_verify()
-        if cuda and cfg.wants("one-file"):
-            self.one_file()
-        if cuda and cfg.wants("memory"):
-            self.memory_budget()
+        builds = cuda and any(cfg.wants(f) for f in ("cold", "noop", "verify", "one-file"))
+        one_file = cuda and cfg.wants("one-file")
+        have_ccache = shutil.which("ccache") is not None
+        if one_file and not have_ccache:
+            self.notes.append("one-file change with compiler cache: ccache not installed "
+                              "(measured without it only)")
+            say("ccache not installed: the one-file change is measured without a cache only")
         if cfg.wants("check"):
-            self.patch_check()
+            self.patch_check_setup()
+        if builds and cfg.warmup:
+            self.warm_up()
+        for run in range(cfg.runs):
+            for archs in ARCH_SETS:
+                for n in cfg.ns if builds else ():
+                    self.cold(run, archs, n)
+                    if one_file and archs == "sm_120a":
+                        self.one_file(run, n, have_ccache)
+            if cuda and cfg.wants("memory"):
+                self.memory_budget(run)
+            if cfg.wants("check"):
+                self.patch_check(run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,7 +684,7 @@ def parse_args(argv: list[str] | None) -> Config:
     cfg = Config(out=args.out, keep=args.keep, instantiations=args.instantiations,
                  only=tuple(args.only or ()), render=args.render)
     if args.quick:
-        cfg.quick, cfg.runs, cfg.ns = True, 1, (4,)
+        cfg.quick, cfg.runs, cfg.ns, cfg.warmup = True, 1, (4,), 0
     if args.runs is not None:
         if args.runs < 1:
             p.error("--runs must be >= 1")
@@ -717,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
         "toolchain": tools,
         "commit": commit,
         "config": {"runs": cfg.runs, "ns": list(cfg.ns), "instantiations": cfg.instantiations,
-                   "quick": cfg.quick, "only": list(cfg.only),
+                   "quick": cfg.quick, "warmup_builds": cfg.warmup, "only": list(cfg.only),
                    "mem_per_job_bytes_for_budget": MEM_PER_JOB_MIB << 20,
                    "patch_count": PATCH_COUNT,
                    "measured": "wall: monotonic clock; cpu: user+sys of the child and its "
