@@ -61,6 +61,15 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks users feel: cold build, no-op rebuild, one-file change, memory budget, patch
+    check, verify -> bench/results.json + a table (-- --quick, --runs N, --n 4 8 16).
+    Not part of the tests; about 15 minutes on 2 cores (bench/README.md)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "bench", *session.posargs)
+
+
 def _toolchain_python() -> str:
     """The interpreter wheels are built with: `python` in lockfiles/toolchain.toml."""
     import re

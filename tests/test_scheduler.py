@@ -33,3 +33,16 @@ def test_build_order_dependencies_first_and_cycles_named():
     assert order.index("kernel") < order.index("sglang")
     with pytest.raises(SglforgeError, match="a -> b -> a"):
         build_order({"a": ("b",), "b": ("a",)})
+
+
+def test_mem_available_override_is_the_budget(monkeypatch):
+    monkeypatch.setenv("SGLFORGE_MEM_AVAILABLE", "1536MiB")
+    machine = Machine.detect()
+    assert machine.mem_available == 1536 << 20
+    plan = plan_jobs(Machine(cores=8, mem_available=machine.mem_available,
+                             mem_source=machine.mem_source), mem_per_job=512 << 20)
+    assert plan.jobs == 3
+    assert "1.5 GiB available (SGLFORGE_MEM_AVAILABLE)" in plan.reason
+    monkeypatch.setenv("SGLFORGE_MEM_AVAILABLE", "lots")
+    with pytest.raises(SglforgeError, match="SGLFORGE_MEM_AVAILABLE='lots'"):
+        Machine.detect()

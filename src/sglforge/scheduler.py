@@ -5,6 +5,10 @@ depends on), and each build gets the whole machine: `jobs = min(cores, MemAvaila
 mem_per_job)` compile slots. nvcc's own `--threads` (NVCC_THREADS) count against the same
 slots, so `MAX_JOBS = CMAKE_BUILD_PARALLEL_LEVEL = slots // nvcc_threads`. One scheduler sizes
 every job; the numbers are printed before each build.
+
+`SGLFORGE_MEM_AVAILABLE` (a size such as 24GiB) replaces /proc/meminfo's MemAvailable as the
+memory budget: for hosts where a container limit is lower than what the kernel reports, and
+for the benchmark that checks a build stays within a budget (bench/).
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ import os
 from dataclasses import dataclass
 
 from sglforge.errors import SglforgeError
+from sglforge.recipes import parse_memory
+
+MEM_AVAILABLE_ENV = "SGLFORGE_MEM_AVAILABLE"
 
 
 @dataclass(frozen=True)
 class Machine:
     cores: int
     mem_available: int  # bytes
+    mem_source: str = "MemAvailable"
 
     @classmethod
     def detect(cls) -> Machine:
@@ -26,6 +34,13 @@ class Machine:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - non-Linux
             cores = os.cpu_count() or 1
+        override = os.environ.get(MEM_AVAILABLE_ENV)
+        if override:
+            budget = parse_memory(override)
+            if budget is None or budget <= 0:
+                raise SglforgeError(f"{MEM_AVAILABLE_ENV}={override!r}: expected a size like "
+                                    "24GiB or 1536MiB")
+            return cls(cores=cores, mem_available=budget, mem_source=MEM_AVAILABLE_ENV)
         return cls(cores=cores, mem_available=_mem_available())
 
 
@@ -61,7 +76,8 @@ def plan_jobs(machine: Machine, mem_per_job: int, nvcc_threads: int = 1,
     gib = 1 << 30
     by_memory = max(1, machine.mem_available // max(1, mem_per_job))
     slots = min(machine.cores, by_memory)
-    reason = (f"{machine.cores} cores, {machine.mem_available / gib:.1f} GiB available / "
+    source = "" if machine.mem_source == "MemAvailable" else f" ({machine.mem_source})"
+    reason = (f"{machine.cores} cores, {machine.mem_available / gib:.1f} GiB available{source} / "
               f"{mem_per_job / gib:.1f} GiB per job -> {slots} slots")
     if jobs_override is not None:
         slots = max(1, jobs_override)

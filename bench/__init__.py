@@ -1,0 +1,1 @@
+"""Benchmarks of the costs users feel (`nox -s bench`); see bench/README.md."""
