@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tests.fixtures import upstreams
 from tests.fixtures.gitrepos import DEP3, UPSTREAM, World
-from tests.fixtures.project import FixtureProject, make_project
+from tests.fixtures.project import FixtureProject, cuda_recipe, make_project
+from tests.fixtures.upstreams import skbuild_pyproject
 
 # Distinct (tile, unroll, type) triples; a TU instantiates the first `instantiations`.
 # Unrolls this wide make device code (cicc + ptxas, once per arch) about as costly as the host
@@ -82,24 +83,7 @@ def benchext_files(n: int, instantiations: int) -> dict[str, str]:
         raise ValueError(f"instantiations must be 1..{len(COMBOS)}")
     sources = " ".join(tu_name(i) for i in range(n))
     files = {
-        "pyproject.toml": """\
-[build-system]
-requires = ["scikit-build-core>=0.10", "setuptools-scm>=8"]
-build-backend = "scikit_build_core.build"
-
-[project]
-name = "benchext"
-dynamic = ["version"]
-requires-python = ">=3.9"
-
-[tool.scikit-build]
-metadata.version.provider = "scikit_build_core.metadata.setuptools_scm"
-wheel.py-api = "py3"
-wheel.packages = ["python/benchext"]
-cmake.build-type = "Release"
-
-[tool.setuptools_scm]
-""",
+        "pyproject.toml": skbuild_pyproject("benchext"),
         "CMakeLists.txt": f"""\
 cmake_minimum_required(VERSION 3.24)
 project(benchext LANGUAGES CXX CUDA)
@@ -116,25 +100,6 @@ install(TARGETS benchext LIBRARY DESTINATION benchext)
     return files
 
 
-RECIPE = """\
-upstream = "benchext"
-build-requires = ["scikit-build-core", "setuptools-scm", "cmake", "ninja"]
-base-version = "1.0.0"
-local-version = "sm120.cu{{cuda}}.{{patchset8}}"
-cuda-archs = [{archs}]
-mem-per-job = "1GiB"
-
-[env]
-SETUPTOOLS_SCM_PRETEND_VERSION_FOR_BENCHEXT = "{{version}}"
-
-[cmake-defines]
-BENCHEXT_ARCHS = "{{cmake_cuda_architectures}}"
-
-[config-settings]
-"build-dir" = "{{build_dir}}"
-"""
-
-
 def make_benchext_project(base: Path, n: int, archs: tuple[str, ...],
                           instantiations: int) -> FixtureProject:
     """A fixture project (as the tests make them) whose one recipe builds `benchext`."""
@@ -144,8 +109,7 @@ def make_benchext_project(base: Path, n: int, archs: tuple[str, ...],
     (project.root / "lockfiles" / "upstreams.toml").write_text(
         f'[[source]]\nname = "benchext"\nurl = "{upstreams.MIRROR_PREFIX}org/benchext"\n'
         f'commit = "{commit}"\n')
-    project.recipe("benchext").write_text(
-        RECIPE.format(archs=", ".join(f'"{a}"' for a in archs)))
+    project.recipe("benchext").write_text(cuda_recipe("benchext", "1.0.0", archs))
     project.commits["benchext"] = commit
     return project
 
