@@ -676,11 +676,15 @@ def parse_args(argv: list[str] | None) -> Config:
                    choices=["cold", "noop", "one-file", "memory", "check", "verify"],
                    help="run only these figures (cold builds run whenever noop, verify or "
                         "one-file need them)")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results file (default bench/results.json; with --quick "
+                        "bench/results-quick.json, so a smoke run never replaces the full one)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (fixtures, logs)")
     p.add_argument("--render", type=Path, metavar="RESULTS",
                    help="measure nothing: print the table of a results.json again")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = ROOT / "bench" / ("results-quick.json" if args.quick else "results.json")
     cfg = Config(out=args.out, keep=args.keep, instantiations=args.instantiations,
                  only=tuple(args.only or ()), render=args.render)
     if args.quick:
