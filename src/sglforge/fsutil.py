@@ -80,12 +80,13 @@ def staging_dir(final: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive advisory lock on `path`; fail at once if someone else holds it."""
+def exclusive_lock(path: Path, what: str, *, wait: bool = False) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path`. If someone else holds it, fail at once
+    naming the holder, or (`wait`) block until it is free."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
-from sglforge.fsutil import replace_dir, sha256_file, staging_dir
+from sglforge.fsutil import exclusive_lock, replace_dir, sha256_file, staging_dir
 from sglforge.git import git, git_out, has_commit
 from sglforge.pins import Lockfile, Pin
 
@@ -66,8 +66,7 @@ class SourceCache:
 
     def git_dir(self, url: str) -> Path:
         stripped = url.rstrip("/").removesuffix(".git")
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", stripped.rsplit("/", 2)[-2:][-1] if "/" in
-                      stripped else stripped)[:40] or "repo"
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", stripped.rsplit("/", 1)[-1])[:40] or "repo"
         digest = hashlib.sha256(stripped.encode()).hexdigest()[:16]
         return self.root / "git" / f"{slug}-{digest}.git"
 
@@ -76,16 +75,9 @@ class SourceCache:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Serialize writers of this cache (blocking): fetches from two builds may overlap."""
-        import fcntl
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        """Serialize writers of this cache (waiting): fetches from two builds may overlap."""
+        with exclusive_lock(self.root / ".lock", f"source cache {self.root}", wait=True):
+            yield
 
 
 # ---------------------------------------------------------------------------------------------
