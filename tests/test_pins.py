@@ -56,22 +56,23 @@ sha256 = "{'a' * 64}"
 
 
 @pytest.mark.parametrize("body, expected", [
-    (f'name = "x"\nurl = "u"\ncommit = "{GOOD[:7]}"',
+    (f'name = "x"\nurl = "https://x/u"\ncommit = "{GOOD[:7]}"',
      "source #1 'x', key 'commit' (line 5): '0123456' is a short SHA (7 hex digits)"),
-    ('name = "x"\nurl = "u"\ncommit = "main"',
+    ('name = "x"\nurl = "https://x/u"\ncommit = "main"',
      "key 'commit' (line 5): 'main' looks like a branch or tag name"),
-    (f'name = "x"\nurl = "u"\ncommit = "{GOOD}"\nbranch = "main"',
+    (f'name = "x"\nurl = "https://x/u"\ncommit = "{GOOD}"\nbranch = "main"',
      "source #1 'x', key 'branch' (line 6): unknown key"),
-    ('name = "x"\nurl = "u"\nsha256 = "abc"',
+    ('name = "x"\nurl = "https://x/u"\nsha256 = "abc"',
      "key 'sha256' (line 5): 'abc' is not 64 lowercase hex digits"),
     (f'name = "x"\ncommit = "{GOOD}"', "source #1 'x': missing required key 'url'"),
-    ('name = "x"\nurl = "u"', "missing 'commit' (a 40-hex git commit) or 'sha256'"),
-    (f'name = "x"\nurl = "u"\ncommit = "{GOOD}"\nparent = "nope"',
+    ('name = "x"\nurl = "https://x/u"', "missing 'commit' (a 40-hex git commit) or 'sha256'"),
+    (f'name = "x"\nurl = "https://x/u"\ncommit = "{GOOD}"\nparent = "nope"',
      "source 'x' (line 2), key 'parent': no source named 'nope'"),
-    (f'name = "x"\nurl = "u"\ncommit = "{GOOD}"\ndate = "yesterday"',
+    (f'name = "x"\nurl = "https://x/u"\ncommit = "{GOOD}"\ndate = "yesterday"',
      "key 'date' (line 6): expected a date like 2026-08-22"),
-    (f'name = "X Y"\nurl = "u"\ncommit = "{GOOD}"', "key 'name' (line 3): 'X Y' is not a lowercase"),
-    (f'name = "x"\nurl = "u"\ncommit = "{GOOD}"\nsha256 = "{"a" * 64}"',
+    (f'name = "X Y"\nurl = "https://x/u"\ncommit = "{GOOD}"',
+     "key 'name' (line 3): 'X Y' is not a lowercase"),
+    (f'name = "x"\nurl = "https://x/u"\ncommit = "{GOOD}"\nsha256 = "{"a" * 64}"',
      "give either 'commit' (git) or 'sha256' (tarball), not both"),
 ])
 def test_each_malformed_entry_names_entry_key_and_line(tmp_path, body, expected):
@@ -84,17 +85,17 @@ def test_duplicate_names_and_submodule_without_parent(tmp_path):
     problems, _ = problems_of(tmp_path, f"""
 [[source]]
 name = "x"
-url = "u"
+url = "https://x/u"
 commit = "{GOOD}"
 
 [[source]]
 name = "x"
-url = "u2"
+url = "https://x/u2"
 commit = "{GOOD}"
 
 [[source]]
 name = "y"
-url = "u"
+url = "https://x/u"
 commit = "{GOOD}"
 path = "sub"
 """)
@@ -107,12 +108,12 @@ def test_all_problems_reported_together(tmp_path):
     problems, _ = problems_of(tmp_path, f"""
 [[source]]
 name = "a"
-url = "u"
+url = "https://x/u"
 commit = "abc1234"
 
 [[source]]
 name = "b"
-url = "u"
+url = "https://x/u"
 commit = "{GOOD}"
 colour = "blue"
 """)
@@ -126,8 +127,9 @@ def test_toml_syntax_error_names_file_and_line(tmp_path):
 
 def test_cli_reports_bad_lockfile_without_traceback(tmp_path):
     (tmp_path / "lockfiles").mkdir()
-    (tmp_path / "lockfiles/upstreams.toml").write_text('[[source]]\nname = "x"\nurl = "u"\n'
-                                                       'commit = "deadbeef"\n')
+    (tmp_path / "lockfiles/upstreams.toml").write_text(
+        '[[source]]\nname = "x"\nurl = "https://x/u"\n'
+        'commit = "deadbeef"\n')
     proc = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(tmp_path), "plan"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
@@ -140,13 +142,13 @@ def test_rewrite_pin_keeps_comments_and_other_entries(tmp_path):
     path = write(tmp_path, f"""# keep me
 [[source]]
 name = "up"
-url = "u"
+url = "https://x/u"
 commit = "{GOOD}"  # why: keep this too
 ref = "main"
 
 [[source]]
 name = "other"
-url = "u"
+url = "https://x/u"
 commit = "{GOOD}"
 """)
     rewrite_pin(path, "up", {"commit": other, "date": "2026-09-01"})

@@ -34,17 +34,19 @@ class CommitInfo:
 
 
 def normalized_diff(git_dir, commit: str) -> bytes:  # noqa: ANN001 - a Path
-    parents = git_out("rev-list", "--parents", "-n", "1", commit, git_dir=git_dir).split()[1:]
+    parents = git_out("rev-list", "--parents", "-n", "1", "--end-of-options", commit,
+                      git_dir=git_dir).split()[1:]
     if not parents:
         raise SglforgeError(f"backport {commit}: a root commit has no parent to diff against")
     return git("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
                "--full-index", "--binary", "--src-prefix=a/", "--dst-prefix=b/",
-               "--diff-algorithm=myers", parents[0], commit,
+               "--diff-algorithm=myers", "--end-of-options", parents[0], commit,
                git_dir=git_dir, config=NORMALIZE_CONFIG).stdout
 
 
 def commit_info(git_dir, commit: str) -> CommitInfo:  # noqa: ANN001
-    raw = git("log", "-1", "--format=%an%x00%ae%x00%ad%x00%s%x00%b", "--date=raw", commit,
+    raw = git("log", "-1", "--format=%an%x00%ae%x00%ad%x00%s%x00%b", "--date=raw",
+              "--end-of-options", commit,
               git_dir=git_dir).stdout.decode("utf-8", errors="replace")
     name, mail, date, subject, body = raw.split("\0", 4)
     return CommitInfo(name, mail, date, subject, body.strip())

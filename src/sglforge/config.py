@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.errors import SglforgeError
+from sglforge.git import check_url
 from sglforge.tomlfile import Problems, TableReader, load_toml
 
 DEFAULT_BUILD_ROOT = Path("/tmp/sglforge-build")
@@ -63,11 +64,35 @@ def default_cache_dir() -> Path:
     return base / "sglforge"
 
 
+def mirror_problem(upstream: str, mirror: str) -> str | None:
+    """Why a mirror entry is refused: its target must pass `check_url` like any pin URL."""
+    if not upstream:
+        return "the upstream prefix must not be empty"
+    if any(ord(c) < 32 for c in upstream):
+        return "the upstream prefix contains control characters"
+    problem = check_url(mirror)
+    if problem is None and "=" in mirror:
+        problem = "contains '=' (cannot be passed to git's url.<mirror>.insteadOf)"
+    return None if problem is None else f"mirror target {mirror!r} {problem}"
+
+
 def parse_mirror_option(text: str) -> Mirror:
     upstream, sep, mirror = text.partition("=")
     if not sep or not upstream or not mirror:
         raise SglforgeError(f"--mirror {text!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
+    problem = mirror_problem(upstream, mirror)
+    if problem is not None:
+        raise SglforgeError(f"--mirror {text!r}: {problem}")
     return Mirror(upstream, mirror)
+
+
+def _mirror_line(text: str, upstream: str) -> int | None:
+    """Line of the `"<upstream>" = ...` entry (for error messages)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith((f'"{upstream}"', f"'{upstream}'")) and "=" in stripped:
+            return number
+    return None
 
 
 def load_settings(
@@ -82,12 +107,18 @@ def load_settings(
     file_cache = file_root = None
     mirrors: list[Mirror] = []
     if path.exists():
-        data, _ = load_toml(path)
+        data, text = load_toml(path)
         problems = Problems(path)
         reader = TableReader(data, problems, "config")
         file_cache = reader.str("cache-dir")
         file_root = reader.str("build-root")
         for upstream, mirror in reader.str_table("mirrors").items():
+            problem = mirror_problem(upstream, mirror)
+            if problem is not None:
+                line = _mirror_line(text, upstream)
+                at = f" (line {line})" if line else ""
+                problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
+                continue
             mirrors.append(Mirror(upstream, mirror))
         reader.finish()
         if file_root is not None and not Path(file_root).is_absolute():

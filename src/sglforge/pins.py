@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.errors import SglforgeError
+from sglforge.git import check_url
 from sglforge.tomlfile import Problems, TableReader, array_table_lines, key_line, load_toml
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
@@ -143,8 +144,8 @@ def parse_lockfile(path: Path) -> Lockfile:
         fetchcontent = reader.str("fetchcontent", pattern=r"[A-Za-z0-9_.+-]+",
                                   describe="a CMake FetchContent name")
         reader.finish()
-        if url is not None and not url.strip():
-            reader.error("url", "must not be empty")
+        if url is not None and (url_problem := check_url(url)) is not None:
+            reader.error("url", f"{url!r} {url_problem}" if url.strip() else url_problem)
         if "commit" in entry and "sha256" in entry:
             reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
         elif "commit" not in entry and "sha256" not in entry:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.errors import ConfigErrors
+from sglforge.git import check_url
 from sglforge.pins import FULL_SHA, SHA256, Lockfile
 from sglforge.project import Project
 from sglforge.sources import GitWant
@@ -170,6 +171,10 @@ def _parse_backport(words: list[str], number: int, problems: list[str]) -> Backp
         return None
     _, url, commit, *options = words
     ok = True
+    url_problem = check_url(url)
+    if url_problem is not None:
+        problems.append(f"{where}: backport URL {url!r} {url_problem}")
+        ok = False
     if not FULL_SHA.fullmatch(commit):
         problems.append(f"{where}: backport commit {commit!r} must be a full 40-hex commit id")
         ok = False
