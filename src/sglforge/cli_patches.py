@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from sglforge import sources
 from sglforge.apply import apply_series
 from sglforge.errors import SglforgeError
-from sglforge.pins import parse_lockfile
+from sglforge.git import check_url
+from sglforge.pins import FULL_SHA, parse_lockfile
 from sglforge.series import backport_wants, load_all_series
 
 
@@ -78,11 +80,11 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         if args.action != "check" or len(names) != 1:
             raise SglforgeError("--against works with `patches check UPSTREAM` (one upstream)")
         return _check_against(args, all_series[0], settings)
-    # Checking needs only the upstreams themselves; applying for a build needs everything.
+    if args.action == "check":
+        return _check(args, lock, all_series, settings)
+    # Applying for a build needs everything, submodules included.
     sources.fetch_sources(lock, names, settings, offline=args.offline,
-                          extra=backport_wants(all_series),
-                          with_children=args.action == "apply")
-    failures = 0
+                          extra=backport_wants(all_series), with_children=True)
     for series in all_series:
         name = series.upstream
         if args.action == "apply":
@@ -93,20 +95,42 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
                   f"on {lock.get(name).short} -> {dest}")
             for item in applied:
                 print(f"          {item.commit[:12]} {item.label}")
+    return 0
+
+
+def _check(args: argparse.Namespace, lock, all_series, settings) -> int:
+    """Check every series on its own: one unreachable upstream does not hide the others.
+
+    Each upstream (and its backports) is fetched separately; every result is printed and
+    the verb fails at the end (exit 1) when any series could not be fetched or applied.
+    """
+    failed: list[str] = []
+    for series in all_series:
+        name = series.upstream
+        try:
+            # Checking needs only the upstream itself, never its submodules.
+            sources.fetch_sources(lock, [name], settings, offline=args.offline,
+                                  extra=backport_wants([series]), with_children=False)
+        except SglforgeError as exc:
+            failed.append(f"{name} (fetch)")
+            print(f"FAILED    {name}: cannot fetch\n{exc}", flush=True)
             continue
         with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{name}-") as tmp:
-            tree = sources.export_source(lock, name, Path(tmp) / name, settings,
-                                         with_submodules=False)
             try:
+                tree = sources.export_source(lock, name, Path(tmp) / name, settings,
+                                             with_submodules=False)
                 applied = apply_series(tree.path, series, settings)
             except SglforgeError as exc:
-                failures += 1
-                print(f"FAILED    {name}\n{exc}")
+                failed.append(f"{name} (apply)")
+                print(f"FAILED    {name}\n{exc}", flush=True)
                 continue
             print(f"ok        {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "
-                  f"apply strictly to {lock.get(name).short} (patchset {series.patchset8})")
-    if failures:
-        raise SglforgeError(f"{failures} series failed to apply")
+                  f"apply strictly to {lock.get(name).short} (patchset {series.patchset8})",
+                  flush=True)
+    if failed:
+        print(f"error: {len(failed)} of {len(all_series)} series failed: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -132,6 +156,11 @@ def _digest(args: argparse.Namespace, settings) -> int:  # noqa: ANN001
     if len(args.targets) != 2:
         raise SglforgeError("usage: patches digest URL COMMIT")
     url, commit = args.targets
+    problem = check_url(url)
+    if problem is not None:
+        raise SglforgeError(f"patches digest URL {url!r}: {problem}")
+    if not FULL_SHA.fullmatch(commit):
+        raise SglforgeError(f"patches digest COMMIT {commit!r}: give the full 40-hex commit id")
     cache = sources.SourceCache(settings.cache_dir)
     with cache.locked():
         state = sources.fetch_commit(

@@ -27,7 +27,7 @@ from sglforge.backport import resolve_backport
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
 from sglforge.fsutil import atomic_write_bytes, remove_tree
-from sglforge.git import COMMITTER, git, git_out
+from sglforge.git import COMMITTER, git, git_out, rev
 from sglforge.pins import FULL_SHA, Lockfile, rewrite_pin
 from sglforge.project import Project
 from sglforge.series import Backport, LocalPatch, backport_wants, load_series
@@ -192,23 +192,31 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
         sources.fetch_sources(lock, [upstream], settings, offline=offline,
                               extra=backport_wants([series]), with_children=False)
         cache = sources.SourceCache(settings.cache_dir)
-        with cache.locked():
-            fetched = sources.fetch_commit(
-                cache, sources.GitWant(pin.url, onto, f"{upstream} --onto"), settings, offline)
+        # A wrong --onto is the caller's mistake, not the pin's: say so.
+        try:
+            with cache.locked():
+                fetched = sources.fetch_commit(
+                    cache, sources.GitWant(pin.url, onto, f"{upstream}"), settings, offline,
+                    hint=f"--onto must name a commit of {pin.url}; "
+                         "patches/ and the lockfile were not changed")
+        except SglforgeError as exc:
+            raise SglforgeError(f"--onto {onto}: {exc.args[0]}", hint=exc.hint) from None
         if fetched == "missing":
-            raise SglforgeError(f"offline: {upstream} commit {onto} is not in the cache")
+            raise SglforgeError(f"--onto {onto}: offline, and {upstream} commit {onto} is not "
+                                "in the cache")
         tree = sources.export_source(lock, upstream, workdir, settings,
                                      with_submodules=False).path
         apply_series(tree, series, settings)  # import: strict, on the old pin
         git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
-        git("checkout", "--quiet", "--detach", onto, cwd=tree)
+        git("checkout", "--quiet", "--detach", rev(onto), cwd=tree)
         numbers = [int(e.name[:4]) for e in series.entries
                    if isinstance(e, LocalPatch) and e.name[:4].isdigit()]
         state = RefreshState(upstream, pin.commit, onto, series.digest,
                              next_number=max(numbers, default=0) + 1)
         state.save(tree)
 
-    old_commits = git_out("rev-list", "--reverse", f"{pin.commit}..patch-queue/old",
+    old_commits = git_out("rev-list", "--reverse", "--end-of-options",
+                          f"{pin.commit}..patch-queue/old",
                           cwd=tree).split()
     for index in range(state.next_index, len(series.entries)):
         entry = series.entries[index]
@@ -323,9 +331,10 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     pin = lock.get(upstream)
     git_dir = sources.SourceCache(settings.cache_dir).git_dir(pin.url)
     updates = {"commit": onto,
-               "date": git_out("log", "-1", "--format=%cs", onto, git_dir=git_dir)}
+               "date": git_out("log", "-1", "--format=%cs", "--end-of-options", onto,
+                               git_dir=git_dir)}
     if pin.tree:
-        updates["tree"] = git_out("rev-parse", f"{onto}^{{tree}}", git_dir=git_dir)
+        updates["tree"] = git_out("rev-parse", rev(f"{onto}^{{tree}}"), git_dir=git_dir)
     rewrite_pin(lock.path, upstream, updates)
     result.lines.append(f"pin       {lock.path.name}: {upstream} commit = {onto}")
     pinned_subs = {p.path: p for p in lock.submodules(upstream)}

@@ -27,7 +27,15 @@ from pathlib import Path, PurePosixPath
 from sglforge.config import Settings
 from sglforge.errors import SglforgeError
 from sglforge.fsutil import exclusive_lock, replace_dir, sha256_file, staging_dir
-from sglforge.git import git, git_out, has_commit
+from sglforge.git import (
+    git,
+    git_out,
+    has_commit,
+    missing_object,
+    remove_fetch_litter,
+    rev,
+    stderr_text,
+)
 from sglforge.pins import Lockfile, Pin
 
 PIN_REF = "refs/sglforge/pins/"
@@ -87,7 +95,7 @@ class SourceCache:
 def _ensure_bare(git_dir: Path) -> None:
     if not (git_dir / "HEAD").exists():
         git_dir.mkdir(parents=True, exist_ok=True)
-        git("init", "--quiet", "--bare", str(git_dir))
+        git("init", "--quiet", "--bare", "--", str(git_dir))
 
 
 def _describe_source(url: str, settings: Settings) -> str:
@@ -95,37 +103,58 @@ def _describe_source(url: str, settings: Settings) -> str:
     return url if resolved == url else f"{url} (mirror {resolved})"
 
 
+def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeError:
+    """git fetch failed: say which source, show git's whole stderr and any missing object.
+
+    `procs` are the attempts (by id, then all branches); each distinct stderr is shown once.
+    """
+    texts: list[str] = []
+    for proc in procs:
+        text = stderr_text(proc) if proc.returncode != 0 else ""
+        if text and text not in texts:
+            texts.append(text)
+    detail = "\n".join(texts) or f"git fetch exited with status {procs[-1].returncode}"
+    missing = missing_object(detail)
+    what = f"the source is missing object {missing}; " if missing else ""
+    return SglforgeError(
+        f"{want.label}: cannot fetch {_describe_source(want.url, settings)}: {what}git says:\n"
+        + "\n".join("  " + line for line in detail.splitlines()),
+        hint=("the mirror or repository is incomplete or corrupt; repair it (e.g. fetch it "
+              "again from upstream)" if missing else
+              "check the URL, your network, or add a mirror (--mirror or [mirrors] in the "
+              "config file)"))
+
+
 def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline: bool,
-                 ref_hint: str | None = None) -> str:
+                 ref_hint: str | None = None, hint: str | None = None) -> str:
     """Make `want.commit` present in the cache; return 'cached' or 'fetched'.
 
     Fetches the commit by id first (what GitHub and protocol v2 servers allow); if the
     server refuses, fetches all branches and tags and looks again. Fails closed when the
-    commit is not there: "expected commit X, got ...".
+    commit is not there: "expected commit X, got ..." (`hint` says what to fix then). The
+    URL and commit go after `--`; temporary packs of a failed fetch are removed.
     """
     git_dir = cache.git_dir(want.url)
     if has_commit(git_dir, want.commit):
-        git("update-ref", PIN_REF + want.commit, want.commit, git_dir=git_dir)
+        git("update-ref", "--", PIN_REF + want.commit, want.commit, git_dir=git_dir)
         return "cached"
     if offline:
         return "missing"
     _ensure_bare(git_dir)
     mirror_cfg = settings.git_mirror_args() + ["-c", "protocol.version=2",
                                                "-c", "uploadpack.allowAnySHA1InWant=true"]
-    by_id = git("fetch", "--quiet", "--no-tags", want.url, want.commit, git_dir=git_dir,
+    by_id = git("fetch", "--quiet", "--no-tags", "--", want.url, want.commit, git_dir=git_dir,
                 config=mirror_cfg, check=False)
+    if by_id.returncode != 0:
+        remove_fetch_litter(git_dir)
     if by_id.returncode != 0 or not has_commit(git_dir, want.commit):
-        every = git("fetch", "--quiet", "--prune", want.url,
+        every = git("fetch", "--quiet", "--prune", "--", want.url,
                     "+refs/heads/*:refs/sglforge/upstream/heads/*",
                     "+refs/tags/*:refs/sglforge/upstream/tags/*",
                     git_dir=git_dir, config=mirror_cfg, check=False)
         if every.returncode != 0:
-            message = every.stderr.decode(errors="replace").strip().splitlines()
-            raise SglforgeError(
-                f"{want.label}: cannot fetch {_describe_source(want.url, settings)}: "
-                f"{message[-1] if message else 'git fetch failed'}",
-                hint="check the URL, your network, or add a mirror (--mirror or [mirrors] in "
-                     "the config file)")
+            remove_fetch_litter(git_dir)
+            raise _fetch_failure(want, settings, [by_id, every])
     if not has_commit(git_dir, want.commit):
         got = "no such commit in the repository"
         if ref_hint:
@@ -140,8 +169,9 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
         raise SglforgeError(
             f"{want.label}: expected commit {want.commit} from "
             f"{_describe_source(want.url, settings)}, got {got}",
-            hint="the pin is wrong or upstream history was rewritten; fix lockfiles/upstreams.toml")
-    git("update-ref", PIN_REF + want.commit, want.commit, git_dir=git_dir)
+            hint=hint or "the pin is wrong or upstream history was rewritten; fix "
+                         "lockfiles/upstreams.toml")
+    git("update-ref", "--", PIN_REF + want.commit, want.commit, git_dir=git_dir)
     return "fetched"
 
 
@@ -187,7 +217,7 @@ def fetch_tarball(cache: SourceCache, pin: Pin, settings: Settings, offline: boo
 
 def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
     """Submodule entries (path -> commit) recorded in a commit's tree."""
-    out = git("ls-tree", "-r", "-z", commit, git_dir=git_dir).stdout.decode()
+    out = git("ls-tree", "-r", "-z", "--end-of-options", commit, git_dir=git_dir).stdout.decode()
     links = {}
     for record in filter(None, out.split("\0")):
         meta, path = record.split("\t", 1)
@@ -279,7 +309,7 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
 def verify_git_pin(cache: SourceCache, pin: Pin) -> str:
     """Check the cached commit (and its tree when pinned); return the tree id."""
     git_dir = cache.git_dir(pin.url)
-    tree = git_out("rev-parse", f"{pin.commit}^{{tree}}", git_dir=git_dir)
+    tree = git_out("rev-parse", rev(f"{pin.commit}^{{tree}}"), git_dir=git_dir)
     if pin.tree and tree != pin.tree:
         raise SglforgeError(f"{pin.name}: expected tree {pin.tree} for commit {pin.commit}, "
                             f"got {tree}")
@@ -295,7 +325,7 @@ def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sglforge-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git("read-tree", commit, git_dir=git_dir, env=env)
+        git("read-tree", "--end-of-options", commit, git_dir=git_dir, env=env)
         git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir,
             env=env)
 
@@ -362,8 +392,8 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
                 raise SglforgeError(f"{name}: commit {pin.commit} is not in the cache; run "
                                     "`nox -s fetch` first")
             tree = verify_git_pin(cache, pin)
-            git("clone", "--quiet", "--shared", "--no-checkout", str(git_dir), str(staged))
-            git("checkout", "--quiet", "--detach", pin.commit, cwd=staged)
+            git("clone", "--quiet", "--shared", "--no-checkout", "--", str(git_dir), str(staged))
+            git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
             git("remote", "remove", "origin", cwd=staged)
             placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
         else:
@@ -395,7 +425,7 @@ def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
         raise SglforgeError(f"--against-prefix {prefix!r} must be a relative path")
     shutil.copytree(source, target, symlinks=True,
                     ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
-    git("init", "--quiet", str(dest))
+    git("init", "--quiet", "--", str(dest))
     git("add", "-A", cwd=dest)
     git("commit", "--quiet", "--no-verify", "-m", f"snapshot of {source}", cwd=dest,
         env={"GIT_AUTHOR_NAME": "sglforge", "GIT_AUTHOR_EMAIL": "sglforge@localhost",
@@ -431,7 +461,7 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                 raise SglforgeError(f"cannot bundle {url}: commit(s) {', '.join(missing)} not "
                                     "in the cache; run fetch first")
             for commit in commits:
-                git("update-ref", PIN_REF + commit, commit, git_dir=git_dir)
+                git("update-ref", "--", PIN_REF + commit, commit, git_dir=git_dir)
             name = f"git/{index:03d}.bundle"
             (work / "git").mkdir(exist_ok=True)
             git("bundle", "create", str(work / name), *[PIN_REF + c for c in sorted(commits)],
@@ -492,7 +522,7 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
             path = str(work / entry["file"])
             git("bundle", "verify", "--quiet", path, git_dir=git_dir,
                 what=f"{bundle}: verify {entry['file']} ({entry['url']})")
-            git("fetch", "--quiet", path, f"+{PIN_REF}*:{PIN_REF}*", git_dir=git_dir,
+            git("fetch", "--quiet", "--", path, f"+{PIN_REF}*:{PIN_REF}*", git_dir=git_dir,
                 what=f"{bundle}: import {entry['file']}")
             for commit in entry["commits"]:
                 if not has_commit(git_dir, commit):
