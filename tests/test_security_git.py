@@ -62,10 +62,11 @@ def test_upload_pack_url_in_lockfile_is_refused_and_never_runs(world, verb):
 
 
 @pytest.mark.parametrize("url, reason", [
-    ("fd::0", "'fd::' remote-helper transports are not allowed"),
+    ("fd::0", "uses the remote-helper transport 'fd::', which is not allowed"),
     ("ext::sh -c touch% /tmp/sglforge-PWNED-ext",
-     "'ext::' remote-helper transports are not allowed"),
-    ("foo::https://example.invalid/x", "'foo::' remote-helper transports are not allowed"),
+     "uses the remote-helper transport 'ext::', which is not allowed"),
+    ("foo::https://example.invalid/x",
+     "uses the remote-helper transport 'foo::', which is not allowed"),
     ("git://example.invalid/x", "scheme 'git://' is not allowed"),
     ("ssh://-oProxyCommand=touch%20x/p", "host or user starts with '-'"),
     ("relative/dir", "is neither a URL"),
@@ -115,7 +116,7 @@ def test_mirror_targets_are_checked_like_pin_urls(world, upstreams, tmp_path):
     assert proc.returncode == 2
     assert (f"{config}: 1 problem") in proc.stderr
     assert (f"[mirrors], key '{UPSTREAM}' (line 2): mirror target 'ext::sh -c touch% /tmp/x' "
-            "'ext::' remote-helper transports are not allowed") in proc.stderr
+            "uses the remote-helper transport 'ext::', which is not allowed") in proc.stderr
     config.write_text("")
     with pytest.raises(SglforgeError, match="mirror target 'relative/mirror' is neither"):
         load_settings(config, extra_mirrors=[f"{UPSTREAM}=relative/mirror"])

@@ -58,7 +58,7 @@ def check_url(url: str) -> str | None:
         return "starts with '-' (git would read it as an option)"
     transport = _TRANSPORT.match(url)
     if transport:
-        return (f"'{transport.group(0)}' remote-helper transports are not allowed "
+        return (f"uses the remote-helper transport '{transport.group(0)}', which is not allowed "
                 f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)}, "
                 "user@host:path, absolute paths)")
     if "://" in url:
@@ -118,6 +118,8 @@ def stderr_text(proc: subprocess.CompletedProcess[bytes], limit: int = 40) -> st
     """git's whole stderr (or stdout when stderr is empty), trimmed: no blank lines or
     trailing spaces, at most `limit` lines (the first ones, where git says what went wrong)."""
     raw = proc.stderr.decode(errors="replace") or proc.stdout.decode(errors="replace")
+    # sideband "clear to end of line" sequences and stray control bytes (NUL from remotes)
+    raw = re.sub(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", "", raw)
     lines = [line.rstrip() for line in raw.splitlines() if line.strip()]
     if len(lines) > limit:
         lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]

@@ -106,14 +106,14 @@ def _describe_source(url: str, settings: Settings) -> str:
 def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeError:
     """git fetch failed: say which source, show git's whole stderr and any missing object.
 
-    `procs` are the attempts (by id, then all branches); each distinct stderr is shown once.
+    `procs` are the attempts (by id, then all branches); a line both print is shown once.
     """
-    texts: list[str] = []
+    lines: list[str] = []
     for proc in procs:
-        text = stderr_text(proc) if proc.returncode != 0 else ""
-        if text and text not in texts:
-            texts.append(text)
-    detail = "\n".join(texts) or f"git fetch exited with status {procs[-1].returncode}"
+        if proc.returncode != 0:
+            lines += [line for line in stderr_text(proc).splitlines()
+                      if line.strip() not in {seen.strip() for seen in lines}]
+    detail = "\n".join(lines) or f"git fetch exited with status {procs[-1].returncode}"
     missing = missing_object(detail)
     what = f"the source is missing object {missing}; " if missing else ""
     return SglforgeError(
