@@ -29,7 +29,8 @@ def run_cli(world, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN
     """The real `python -m sglforge` from src/, as the nox sessions run it."""
     env = dict(os.environ, PYTHONPATH=str(SRC))
     return subprocess.run([sys.executable, "-m", "sglforge", *world.cli_args(), *args],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
+                          capture_output=True, text=True, errors="replace", env=env, check=False,
+                          timeout=300)
 
 
 @pytest.fixture
@@ -184,6 +185,7 @@ def test_git_quoted_paths_with_octal_utf8_escapes_decode(tmp_path):
     ('"b/x\\38"', "bad octal escape '\\38'"),
     ('"b/x\\400"', "bad octal escape '\\400'"),
     ('"b/x', "unterminated quoted path"),
+    ('"b/x\\000y"', "contains a NUL byte"),
 ])
 def test_bad_quoted_paths_are_diff_errors_with_a_line(token, problem):
     diff = (f'From: x\n\ndiff --git "a/x" {token}\nnew file mode 100644\n--- /dev/null\n'

@@ -110,7 +110,7 @@ def unquote(token: str, line: int = 0) -> str:
     if not (len(token) >= 2 and token.startswith('"') and token.endswith('"')):
         if token.startswith('"'):
             raise DiffParseError(line, f"unterminated quoted path {token!r}")
-        return token
+        return _no_nul(token, line)
     body = token[1:-1].encode("utf-8", "surrogateescape")
     out = bytearray()
     i = 0
@@ -140,7 +140,13 @@ def unquote(token: str, line: int = 0) -> str:
             raise DiffParseError(line, f"unknown escape '\\{escape}' in quoted path {token!r} "
                                        "(git quotes with \\ooo octal bytes and \\a\\b\\t\\n\\v"
                                        "\\f\\r\\\"\\\\ only)")
-    return bytes(out).decode("utf-8", "surrogateescape")
+    return _no_nul(bytes(out).decode("utf-8", "surrogateescape"), line)
+
+
+def _no_nul(name: str, line: int) -> str:
+    if "\0" in name:
+        raise DiffParseError(line, f"file name {name!r} contains a NUL byte")
+    return name
 
 
 def _p1(token: str, line: int) -> str | None:
