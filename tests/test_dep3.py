@@ -149,3 +149,21 @@ def test_dep3_patch_without_author_is_a_clear_error(world, upstreams, tree):  # 
     findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 1))
     assert any("without Author (or From)" in f.message for f in findings
                if f.severity == "error")
+
+
+def test_refresh_turns_a_dep3_patch_into_an_mbox_keeping_its_fields(world, upstreams):  # noqa: ANN001
+    from sglforge.cli import main
+    from tests.test_refresh_lint import core_text, upstream_moves
+
+    patch = DEP3_GIT + git_diff_of(upstreams, "f20", edit_core(20, "2020"))
+    world.write_series("alpha", ["0001-f20.patch"], {"0001-f20.patch": patch})
+    new = upstream_moves(upstreams, {"src/alpha/core.py": core_text({}, "# new\n" * 5)})
+    assert main(world.cli_args() + ["patches", "refresh", "alpha", "--onto", new]) == 0
+    regenerated = (world.project / "patches/alpha/0001-f20.patch").read_bytes()
+    assert patch_format(regenerated) == "mbox"
+    assert b"From: Jane Doe <jane@example.invalid>" in regenerated
+    assert b"Subject: [PATCH] Make f3 return 33" in regenerated
+    assert b"Origin: vendor, https://example.invalid/sglforge" in regenerated
+    lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
+    findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 1))
+    assert [f for f in findings if f.severity == "error"] == []
