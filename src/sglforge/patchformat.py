@@ -17,7 +17,7 @@ import re
 
 from sglforge.errors import SglforgeError
 
-MBOX_FIRST_LINE = re.compile(rb"^From [0-9a-f]{40} ")
+MBOX_FIRST_LINE = re.compile(rb"^From [0-9a-f]{40}(?:[0-9a-f]{24})? ")  # SHA-1 or SHA-256 ids
 FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$")
 # DEP-3 field names (case-insensitive, as in RFC 2822), spelled as DEP-3 spells them.
 DEP3_NAMES = {name.lower(): name for name in (
