@@ -41,6 +41,9 @@ def links(world):  # noqa: ANN001, ANN201
     repo.write({"README": "hi\n", "docs/guide.txt": "guide\n", "plain.txt": "docs\n",
                 "outward.txt": "../../outside"})
     os.symlink("docs", repo.path / "lnk")
+    os.symlink(str(world.root / "outside"), repo.path / "ext")  # upstream's own link out
+    (world.root / "outside").mkdir()
+    (world.root / "outside/secret.txt").write_text("/SECRET-TOKEN")
     (repo.path / "sub/deep").mkdir(parents=True)
     os.symlink("../../docs/guide.txt", repo.path / "sub/deep/rel")
     pinned = repo.commit("tree with links")
@@ -134,6 +137,16 @@ def test_link_escaping_only_through_another_link_is_refused(world, links):  # no
     message = refused(world, links, {"0001-here.patch": here})
     assert "symlink 'up' -> 'here/..' points outside the tree (created; climbs above" in message
     assert "symlink 'here'" not in message
+
+
+def test_nothing_behind_an_outward_link_is_read_or_shown(world, links):  # noqa: ANN001
+    # A mode change would make the file's content a link target; that file lies outside.
+    peek = mbox("peek", "diff --git a/ext/secret.txt b/ext/secret.txt\nold mode 100644\n"
+                        "new mode 120000\n")
+    message = refused(world, links, {"0001-peek.patch": peek})
+    assert (f"(0001-peek.patch): file 'ext/secret.txt' goes through the symlink ext -> "
+            f"{world.root / 'outside'}") in message
+    assert "SECRET" not in message and "symlink 'ext/secret.txt'" not in message
 
 
 def test_symlinks_that_stay_inside_are_accepted(world, links):  # noqa: ANN001

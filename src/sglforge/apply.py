@@ -225,16 +225,22 @@ def check_paths(tree: Path, resolved: list[ResolvedEntry]) -> None:
     problems = []
     for item in resolved:
         for file in item.files:
+            escapes = False
             for path in file.paths:
                 reason = _escape_reason(path)
                 parts = PurePosixPath(path).parts
                 for depth in range(1, len(parts)):
+                    if reason is not None:
+                        break
                     prefix = str(PurePosixPath(*parts[:depth]))
                     target = view.link_target(prefix)
-                    if reason is None and target is not None:
+                    if target is not None:
                         reason = f"goes through the symlink {prefix} -> {os.fsdecode(target)}"
                 if reason:
                     problems.append(f"{item.where}: file {path!r} {reason}")
+                    escapes = True
+            if escapes:
+                continue  # refused already; never read (or show) what lies behind the path
             old = view.get(file.old_path) if file.old_path else None
             if file.is_deleted:
                 view.state[file.old_path] = None
