@@ -243,8 +243,9 @@ def test_crlf_converted_patch_gets_a_line_ending_explanation(world, upstreams): 
 # where unidiff alone falls short (why diffparse keeps its thin layer)
 
 
-def test_unidiff_alone_misses_a_crlf_mode_line_and_leaves_paths_quoted():
+def test_unidiff_alone_misreads_crlf_headers_and_leaves_paths_quoted():
     from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
 
     crlf_link = ("diff --git a/l b/l\r\nnew file mode 120000\r\nindex 0..1\r\n"
                  "--- /dev/null\r\n+++ b/l\r\n@@ -0,0 +1 @@\r\n+/etc\r\n")
@@ -252,6 +253,13 @@ def test_unidiff_alone_misses_a_crlf_mode_line_and_leaves_paths_quoted():
     assert patched.target_mode is None and not patched.is_symlink  # git would make a link
     (ours,) = parse_diff(crlf_link.encode())
     assert ours.new_mode == "120000" and ours.is_new
+
+    crlf_delete = ("diff --git a/x b/x\r\ndeleted file mode 100644\r\nindex 1..0\r\n"
+                   "--- a/x\r\n+++ /dev/null\r\n@@ -1 +0,0 @@\r\n-a\r\n")
+    with pytest.raises(UnidiffParseError, match="Target without source"):
+        PatchSet(crlf_delete.splitlines(keepends=True))
+    (ours,) = parse_diff(crlf_delete.encode())
+    assert ours.is_deleted and ours.hunks[0].lines == [b"-a\r"]  # the CR is kept for the check
 
     quoted = ('diff --git "a/caf\\303\\251" "b/caf\\303\\251"\nnew file mode 100644\n'
               'index 0..1\n--- /dev/null\n+++ "b/caf\\303\\251"\n@@ -0,0 +1 @@\n+x\n')

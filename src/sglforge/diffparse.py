@@ -6,9 +6,11 @@ module keeps only what unidiff lacks, and says why where it does so:
 
 - git's C-style quoted paths (`"a/\\303\\251.txt"`): unidiff returns them still quoted;
 - `rename from/to`, `copy from/to`: unidiff leaves them as uninterpreted header lines;
-- file modes: unidiff's mode patterns end in `$`, so a CR-terminated `new file mode 120000\\r`
-  (a CRLF-converted patch, which git still accepts) yields no mode; sglforge reads the header
-  lines unidiff collected (`patch_info`) itself, with the line ending stripped;
+- CRLF: unidiff's header patterns end in `$`, so a CR-terminated `new file mode 120000\\r`
+  (a CRLF-converted patch, which git still accepts) yields no mode and a CRLF deletion fails
+  to parse; unidiff is given LF lines, and each hunk line gets its CR back from the patch;
+- names are read from the section's own header lines (the quoted `diff --git` pair is
+  ambiguous for unidiff's pattern when names contain spaces); modes come from unidiff;
 - the `-p1` view git applies: one leading component stripped from every diff-header name;
 - bytes: unidiff works on text; the patch is decoded with `surrogateescape` so every line
   round-trips to its exact bytes (CR included), which the applier compares with the tree.
@@ -187,11 +189,17 @@ def parse_diff(data: bytes) -> list[FilePatch]:
     text = data.decode("utf-8", "surrogateescape")
     lines = text.split("\n")
     lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-    reader = _Counted(lines)
+    # unidiff's header patterns end in `$` and miss CR-terminated lines (a deletion then reads
+    # as 'Target without source'); it gets LF lines, and _hunk puts each line's CR back.
+    reader = _Counted([line.removesuffix("\r\n") + "\n" if line.endswith("\r\n") else line
+                       for line in lines])
     try:
         patch_set = PatchSet(reader)
     except UnidiffParseError as exc:
-        raise DiffParseError(reader.at, str(exc).strip()) from None
+        message = str(exc).strip()
+        if "\r\n" in text:
+            message += " (the patch has CRLF line endings: was it converted?)"
+        raise DiffParseError(reader.at, message) from None
     files = []
     starts = [_start(pf) for pf in patch_set] + [len(lines) + 1]
     for index, patched in enumerate(patch_set):
@@ -216,6 +224,7 @@ def _file_patch(patched, lines: list[str], start: int, end: int) -> FilePatch:  
     else:
         result.old_path = _p1(patched.source_file, start)
         result.new_path = _p1(patched.target_file, start + 1)
+    result.old_mode, result.new_mode = patched.source_mode, patched.target_mode
     result.binary = result.binary or bool(patched.is_binary_file)
     for hunk in patched:
         result.hunks.append(_hunk(hunk, lines))
@@ -223,7 +232,7 @@ def _file_patch(patched, lines: list[str], start: int, end: int) -> FilePatch:  
 
 
 def _read_git_header(result: FilePatch, section: list[str], start: int) -> None:
-    """Paths, modes and rename/copy from the git extended header lines (see the docstring)."""
+    """Paths and rename/copy from the git extended header lines (see the module docstring)."""
     header = section[0].rstrip("\r\n")
     match = _GIT_HEADER.match(header)
     if not match:
@@ -234,20 +243,12 @@ def _read_git_header(result: FilePatch, section: list[str], start: int) -> None:
     for offset, raw in enumerate(section[1:], 1):
         line = raw.rstrip("\r\n")
         number = start + offset
-        words = line.split(" ")
         if line.startswith("@@ "):
             break
         if line.startswith("new file mode "):
-            result.old_path, result.new_mode = None, words[-1]
+            result.old_path = None
         elif line.startswith("deleted file mode "):
-            result.new_path, result.old_mode = None, words[-1]
-        elif line.startswith("old mode "):
-            result.old_mode = words[-1]
-        elif line.startswith("new mode "):
-            result.new_mode = words[-1]
-        elif line.startswith("index ") and len(words) == 3:
-            result.old_mode = result.old_mode or words[2]
-            result.new_mode = result.new_mode or words[2]
+            result.new_path = None
         elif line.startswith(("rename from ", "copy from ")):
             result.old_path = unquote(line.split(" ", 2)[2], number)
             result.copy = line.startswith("copy ")
@@ -277,8 +278,9 @@ def _hunk(hunk, lines: list[str]) -> Hunk:  # unidiff.Hunk
     return Hunk(
         old_start=hunk.source_start, old_count=hunk.source_length,
         new_start=hunk.target_start, new_count=hunk.target_length, header=header,
-        lines=[(line.line_type + line.value.removesuffix("\n")).encode("utf-8", "surrogateescape")
-               for line in body])
+        lines=[(line.line_type + line.value.removesuffix("\n")
+                + ("\r" if lines[line.diff_line_no - 1].endswith("\r\n") else "")
+                ).encode("utf-8", "surrogateescape") for line in body])
 
 
 def render_files(files: list[FilePatch]) -> bytes:
