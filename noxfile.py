@@ -1,7 +1,10 @@
 """Thin sessions: each installs what it needs and calls `sglforge <verb>`.
 
-`plan`, `fetch` and `patches` run sglforge from src/ with the interpreter nox runs under
-(standard library only), so they work on an air-gapped host that has nox and git.
+`plan` and `fetch` run sglforge from src/ with the interpreter nox runs under (standard
+library only), so they work on an air-gapped host that has nox and git. `patches` also runs
+from src/, in a venv holding only `unidiff` (the diff parser; pure Python, no dependencies):
+on an air-gapped host point pip at a local copy of that one wheel (PIP_FIND_LINKS=DIR
+PIP_NO_INDEX=1). sglforge imports unidiff only where it parses a diff.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
+UNIDIFF = "unidiff>=1.0,<2"  # as in pyproject.toml
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
@@ -35,10 +39,11 @@ def fetch(session: nox.Session) -> None:
     _sglforge(session, "fetch")
 
 
-@nox.session(python=False)
+@nox.session
 def patches(session: nox.Session) -> None:
     """Patch series: -- check|apply|refresh|lint [upstream...]."""
-    _sglforge(session, "patches")
+    session.install(UNIDIFF)
+    session.run("python", "-m", "sglforge", "patches", *session.posargs, env=SRC_ENV)
 
 
 @nox.session(python=False)

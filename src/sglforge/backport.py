@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 from sglforge.config import Settings
-from sglforge.diffparse import FilePatch, parse_diff, render_files
+from sglforge.diffparse import DiffParseError, FilePatch, parse_diff, render_files
 from sglforge.errors import SglforgeError
 from sglforge.git import git, git_out, has_commit
 from sglforge.series import Backport
@@ -77,7 +77,11 @@ def resolve_backport(entry: Backport, settings: Settings, where: str) -> Backpor
             f"{where}: backport {entry.url} {entry.commit}: expected sha256 {entry.sha256}, "
             f"got {actual}",
             hint="the series names the wrong digest or commit; nothing was applied")
-    files = parse_diff(diff)
+    try:
+        files = parse_diff(diff)
+    except DiffParseError as exc:
+        raise SglforgeError(f"{where}: the diff of backport {entry.commit[:12]} does not parse "
+                            f"at line {exc.line}: {exc.message}") from None
     if entry.excludes:
         unused = [g for g in entry.excludes
                   if not any(fnmatch.fnmatchcase(p, g) for f in files for p in f.paths)]

@@ -2,8 +2,10 @@
 
 Policy (stricter than DEP-3 itself, because every patch here must be retire-able):
 errors  — missing or malformed Description/Subject, Origin, Forwarded, Last-Update; missing Bug
-          unless Forwarded is not-needed; a patch that is not a format-patch mbox; series
-          problems;
+          unless Forwarded is not-needed; a patch in neither known form (a `git format-patch`
+          mbox with DEP-3 pseudo-headers, or a plain DEP-3 patch: header block then a diff);
+          a plain DEP-3 patch without Author/From (its commit identity); a diff that does not
+          parse; series problems;
 hints   — Forwarded: no (say why), Applied-Upstream set (drop it when the pin moves), stale
           Last-Update, terse descriptions, unlisted patch files, names/numbering off.
 """
@@ -14,7 +16,9 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
+from sglforge.diffparse import DiffParseError, parse_diff
 from sglforge.errors import ConfigErrors
+from sglforge.patchformat import PatchFormatError, patch_format
 from sglforge.pins import Lockfile
 from sglforge.project import Project
 from sglforge.series import PATCH_NAME, LocalPatch, parse_series
@@ -41,10 +45,18 @@ def lint_patch(patch: LocalPatch, where: str, today: dt.date) -> list[Finding]:
     def hint(message: str) -> None:
         findings.append(Finding("hint", where, message))
 
-    if not patch.data.startswith(b"From "):
-        error("not a `git format-patch` mbox (first line must be 'From <commit> ...')")
+    try:
+        kind = patch_format(patch.data)
+    except PatchFormatError as exc:
+        error(str(exc))
         return findings
+    try:
+        parse_diff(patch.data)
+    except DiffParseError as exc:
+        error(f"malformed diff at line {exc.line}: {exc.message}")
     fields = patch.headers()
+    if kind == "dep3" and not (fields.get("Author") or fields.get("From")):
+        error("plain DEP-3 patch without Author (or From): it becomes the commit's author")
     description = fields.get("Description") or fields.get("Subject")
     if not description:
         error("missing Description (or Subject): say what the patch does and why")

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.errors import ConfigErrors
 from sglforge.git import check_url
+from sglforge.patchformat import MBOX_FIRST_LINE, dep3_fields
 from sglforge.pins import FULL_SHA, SHA256, Lockfile
 from sglforge.project import Project
 from sglforge.sources import GitWant
@@ -47,7 +48,10 @@ class LocalPatch:
         return hashlib.sha256(self.data).hexdigest()
 
     def headers(self) -> dict[str, str]:
-        """Mail headers plus DEP-3 pseudo-headers from the message body (first value wins)."""
+        """Mail headers plus DEP-3 pseudo-headers from the message body (first value wins);
+        for a plain DEP-3 patch (no mbox 'From <commit>' line), its DEP-3 header fields."""
+        if not MBOX_FIRST_LINE.match(self.data):
+            return dep3_fields(self.data)
         message = email.message_from_bytes(self.data, policy=email.policy.compat32)
         fields: dict[str, str] = {}
         for key in ("From", "Date", "Subject"):

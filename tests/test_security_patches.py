@@ -1,0 +1,269 @@
+"""Hostile patches: symlinks left pointing outside the tree, bad quoted paths, CRLF patches.
+
+Every refusal is checked for its message and for the tree being left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sglforge import sources
+from sglforge.apply import PatchFailed, apply_series
+from sglforge.diffparse import DiffParseError, parse_diff, unquote
+from sglforge.pins import parse_lockfile
+from sglforge.project import Project
+from sglforge.series import load_series
+from tests.fixtures.gitrepos import local_patch, run_git, source_entry
+from tests.test_apply import edit_core, mbox
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run_cli(world, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+    """The real `python -m sglforge` from src/, as the nox sessions run it."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.run([sys.executable, "-m", "sglforge", *world.cli_args(), *args],
+                          capture_output=True, text=True, errors="replace", env=env, check=False,
+                          timeout=300)
+
+
+@pytest.fixture
+def links(world):  # noqa: ANN001, ANN201
+    """Upstream `links` at its pin: a tree with symlinks inside it, exported; `apply()` applies
+    the project's series for it."""
+    repo = world.repo("org/links")
+    repo.write({"README": "hi\n", "docs/guide.txt": "guide\n", "plain.txt": "docs\n",
+                "outward.txt": "../../outside"})
+    os.symlink("docs", repo.path / "lnk")
+    os.symlink(str(world.root / "outside"), repo.path / "ext")  # upstream's own link out
+    (world.root / "outside").mkdir()
+    (world.root / "outside/secret.txt").write_text("/SECRET-TOKEN")
+    (repo.path / "sub/deep").mkdir(parents=True)
+    os.symlink("../../docs/guide.txt", repo.path / "sub/deep/rel")
+    pinned = repo.commit("tree with links")
+    world.write_lockfile(source_entry("links", world.url("org/links"), pinned, ref="main"))
+    lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
+    sources.fetch_sources(lock, [], world.settings(), offline=False)
+    exported = sources.export_source(lock, "links", world.build_root / "src/links",
+                                     world.settings())
+
+    def apply():  # noqa: ANN202
+        return apply_series(exported.path, load_series(Project(world.project), "links"),
+                            world.settings())
+
+    return SimpleNamespace(path=exported.path, pinned=pinned, apply=apply)
+
+
+def refused(world, links, patches: dict[str, bytes]) -> str:  # noqa: ANN001
+    """Apply `patches` as the series; assert it is refused and nothing changed."""
+    world.write_series("links", list(patches), patches)
+    before = {p: os.readlink(links.path / p) for p in ("lnk", "sub/deep/rel")}
+    with pytest.raises(PatchFailed) as err:
+        links.apply()
+    assert run_git(links.path, "rev-parse", "HEAD") == links.pinned
+    assert run_git(links.path, "status", "--porcelain", "--ignored") == ""
+    assert {p: os.readlink(links.path / p) for p in before} == before
+    assert not (links.path / "rel").exists() and not (links.path / "rel").is_symlink()
+    return str(err.value)
+
+
+RETARGET = ("diff --git a/lnk b/lnk\n{index}--- a/lnk\n+++ b/lnk\n@@ -1 +1 @@\n-docs\n"
+            "\\ No newline at end of file\n+{target}\n\\ No newline at end of file\n")
+
+
+@pytest.mark.parametrize(("target", "index", "reason"), [
+    ("/etc", "index 1111111..2222222 120000\n", "is absolute"),
+    ("../../../etc", "", "climbs above the tree root"),  # the mode is not even stated
+])
+def test_retargeting_an_existing_symlink_outside_is_refused(world, links, target, index,  # noqa: ANN001
+                                                            reason):
+    patch = mbox("retarget lnk", RETARGET.format(index=index, target=target))
+    message = refused(world, links, {"0001-retarget.patch": patch})
+    assert message.startswith("refused before anything was written")
+    assert (f"(0001-retarget.patch): symlink 'lnk' -> '{target}' points outside the tree "
+            f"(target changed; {reason})") in message
+
+
+def test_renaming_or_copying_a_symlink_outward_is_refused(world, links):  # noqa: ANN001
+    # sub/deep/rel -> ../../docs/guide.txt is inside; at the top it climbs out of the tree.
+    rename = mbox("move link", "diff --git a/sub/deep/rel b/rel\nsimilarity index 100%\n"
+                               "rename from sub/deep/rel\nrename to rel\n")
+    copy = mbox("copy link", "diff --git a/sub/deep/rel b/rel2\nsimilarity index 100%\n"
+                             "copy from sub/deep/rel\ncopy to rel2\n")
+    message = refused(world, links, {"0001-rename.patch": rename, "0002-copy.patch": copy})
+    assert ("(0001-rename.patch): symlink 'rel' -> '../../docs/guide.txt' points outside the "
+            "tree (renamed from sub/deep/rel; climbs above the tree root)") in message
+    # The copy's source is gone after the rename earlier in the series: nothing to copy from.
+    assert "(0002-copy.patch): symlink 'rel2'" not in message
+    only_copy = refused(world, links, {"0001-copy.patch": copy})
+    assert ("(0001-copy.patch): symlink 'rel2' -> '../../docs/guide.txt' points outside the "
+            "tree (copied from sub/deep/rel; climbs above the tree root)") in only_copy
+
+
+def test_type_change_from_file_to_outward_symlink_is_refused(world, links):  # noqa: ANN001
+    # git's own form of a type change: delete the file, create the link, one section each.
+    typechange = mbox("file becomes link", (
+        "diff --git a/plain.txt b/plain.txt\ndeleted file mode 100644\nindex 1111111..0000000\n"
+        "--- a/plain.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-docs\n"
+        "diff --git a/plain.txt b/plain.txt\nnew file mode 120000\nindex 0000000..2222222\n"
+        "--- /dev/null\n+++ b/plain.txt\n@@ -0,0 +1 @@\n+/etc\n\\ No newline at end of file\n"))
+    # A bare mode change: the file's content (../../outside) becomes the link target.
+    mode_only = mbox("mode to link", "diff --git a/outward.txt b/outward.txt\nold mode 100644\n"
+                                     "new mode 120000\n")
+    message = refused(world, links, {"0001-typechange.patch": typechange,
+                                     "0002-mode.patch": mode_only})
+    assert ("(0001-typechange.patch): symlink 'plain.txt' -> '/etc' points outside the tree "
+            "(created; is absolute)") in message
+    assert ("(0002-mode.patch): symlink 'outward.txt' -> '../../outside' points outside the "
+            "tree (type changed from mode 100644 to 120000; climbs above the tree root)"
+            ) in message
+    assert (links.path / "plain.txt").read_text() == "docs\n"
+
+
+def test_link_escaping_only_through_another_link_is_refused(world, links):  # noqa: ANN001
+    # 'here/..' is the tree root read lexically, but here -> . makes it the root's parent.
+    here = mbox("links", "diff --git a/here b/here\nnew file mode 120000\nindex 0..1\n"
+                         "--- /dev/null\n+++ b/here\n@@ -0,0 +1 @@\n+.\n"
+                         "\\ No newline at end of file\n"
+                         "diff --git a/up b/up\nnew file mode 120000\nindex 0..1\n"
+                         "--- /dev/null\n+++ b/up\n@@ -0,0 +1 @@\n+here/..\n"
+                         "\\ No newline at end of file\n")
+    message = refused(world, links, {"0001-here.patch": here})
+    assert "symlink 'up' -> 'here/..' points outside the tree (created; climbs above" in message
+    assert "symlink 'here'" not in message
+
+
+def test_nothing_behind_an_outward_link_is_read_or_shown(world, links):  # noqa: ANN001
+    # A mode change would make the file's content a link target; that file lies outside.
+    peek = mbox("peek", "diff --git a/ext/secret.txt b/ext/secret.txt\nold mode 100644\n"
+                        "new mode 120000\n")
+    message = refused(world, links, {"0001-peek.patch": peek})
+    assert (f"(0001-peek.patch): file 'ext/secret.txt' goes through the symlink ext -> "
+            f"{world.root / 'outside'}") in message
+    assert "SECRET" not in message and "symlink 'ext/secret.txt'" not in message
+
+
+def test_symlinks_that_stay_inside_are_accepted(world, links):  # noqa: ANN001
+    retarget = mbox("retarget lnk", RETARGET.format(index="index 1111111..2222222 120000\n",
+                                                    target="docs/guide.txt"))
+    move = mbox("move link", "diff --git a/sub/deep/rel b/sub/deep/rel2\nsimilarity index 100%\n"
+                             "rename from sub/deep/rel\nrename to sub/deep/rel2\n")
+    world.write_series("links", ["0001-retarget.patch", "0002-move.patch"],
+                       {"0001-retarget.patch": retarget, "0002-move.patch": move})
+    applied = links.apply()
+    assert len(applied) == 2
+    assert os.readlink(links.path / "lnk") == "docs/guide.txt"
+    assert os.readlink(links.path / "sub/deep/rel2") == "../../docs/guide.txt"
+    assert (links.path / "sub/deep/rel2").read_text() == "guide\n"
+
+
+def test_crlf_symlink_mode_line_is_still_seen(world, links):  # noqa: ANN001
+    # git accepts 'new file mode 120000\r' and creates the link; sglforge must see it too.
+    patch = mbox("crlf link", "diff --git a/l b/l\nnew file mode 120000\nindex 0..1\n"
+                              "--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n"
+                              "\\ No newline at end of file\n").replace(b"\n", b"\r\n")
+    message = refused(world, links, {"0001-crlf-link.patch": patch})
+    assert "symlink 'l' -> '/etc\\r' points outside the tree (created; is absolute)" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# quoted paths
+
+
+def test_git_quoted_paths_with_octal_utf8_escapes_decode(tmp_path):
+    repo = tmp_path / "q"
+    run_git(tmp_path, "init", "--quiet", str(repo))
+    name = 'sp ace/caf\u00e9 \\ "q"\t.txt'
+    (repo / "sp ace").mkdir()
+    (repo / name).write_text("x\n")
+    run_git(repo, "add", "-A")
+    diff = subprocess.run(["git", "-c", "core.quotePath=true", "diff", "--cached"], cwd=repo,
+                          capture_output=True, check=True).stdout
+    assert b'"a/sp ace/caf\\303\\251 \\\\ \\"q\\"\\t.txt"' in diff  # git's C-style quoting
+    (file,) = parse_diff(diff)
+    assert file.new_path == name and file.old_path is None
+    assert unquote('"\\342\\202\\254\\a\\"x\\\\"') == '\u20ac\a"x\\'
+    assert unquote('"\\377"') == "\udcff"  # not UTF-8: kept as a surrogate, not a crash
+
+
+@pytest.mark.parametrize(("token", "problem"), [
+    ('"b/y\\"', "ends in a backslash"),
+    ('"b/caf\\u00e9"', "unknown escape '\\u'"),
+    ('"b/x\\38"', "bad octal escape '\\38'"),
+    ('"b/x\\400"', "bad octal escape '\\400'"),
+    ('"b/x', "unterminated quoted path"),
+    ('"b/x\\000y"', "contains a NUL byte"),
+])
+def test_bad_quoted_paths_are_diff_errors_with_a_line(token, problem):
+    diff = (f'From: x\n\ndiff --git "a/x" {token}\nnew file mode 100644\n--- /dev/null\n'
+            f"+++ {token}\n@@ -0,0 +1 @@\n+a\n").encode()
+    with pytest.raises(DiffParseError) as err:
+        parse_diff(diff)
+    assert err.value.line == 3
+    assert problem in str(err.value)
+
+
+def test_cli_bad_quoted_path_is_a_clear_error_without_traceback(world, upstreams):  # noqa: ANN001
+    patch = mbox("odd name", 'diff --git "a/src/x" "b/src/y\\"\nnew file mode 100644\n'
+                             'index 0000000..1111111\n--- /dev/null\n+++ "b/src/y\\"\n'
+                             "@@ -0,0 +1 @@\n+a\n")
+    world.write_series("alpha", ["0001-odd.patch"], {"0001-odd.patch": patch})
+    proc = run_cli(world, "patches", "check", "alpha")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert ("series:1 (0001-odd.patch): malformed diff at line 8 of 0001-odd.patch: quoted "
+            "path '\"b/src/y\\\\\"' ends in a backslash") in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# CRLF
+
+
+def test_crlf_converted_patch_gets_a_line_ending_explanation(world, upstreams):  # noqa: ANN001
+    patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
+    world.write_series("alpha", ["0001-fix-f3.patch"],
+                       {"0001-fix-f3.patch": patch.replace(b"\n", b"\r\n")})
+    proc = run_cli(world, "patches", "check", "alpha")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    assert "Traceback" not in out
+    assert "series:1 (0001-fix-f3.patch) does not apply:" in out
+    assert "file: src/alpha/core.py" in out and "hunk: @@ -" in out
+    assert "line endings differ: the patch has CRLF, the file has LF" in out
+    assert "patch does not apply" not in out  # not git's bare message
+
+
+# ---------------------------------------------------------------------------------------------
+# where unidiff alone falls short (why diffparse keeps its thin layer)
+
+
+def test_unidiff_alone_misreads_crlf_headers_and_leaves_paths_quoted():
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    crlf_link = ("diff --git a/l b/l\r\nnew file mode 120000\r\nindex 0..1\r\n"
+                 "--- /dev/null\r\n+++ b/l\r\n@@ -0,0 +1 @@\r\n+/etc\r\n")
+    (patched,) = PatchSet(crlf_link.splitlines(keepends=True))
+    assert patched.target_mode is None and not patched.is_symlink  # git would make a link
+    (ours,) = parse_diff(crlf_link.encode())
+    assert ours.new_mode == "120000" and ours.is_new
+
+    crlf_delete = ("diff --git a/x b/x\r\ndeleted file mode 100644\r\nindex 1..0\r\n"
+                   "--- a/x\r\n+++ /dev/null\r\n@@ -1 +0,0 @@\r\n-a\r\n")
+    with pytest.raises(UnidiffParseError, match="Target without source"):
+        PatchSet(crlf_delete.splitlines(keepends=True))
+    (ours,) = parse_diff(crlf_delete.encode())
+    assert ours.is_deleted and ours.hunks[0].lines == [b"-a\r"]  # the CR is kept for the check
+
+    quoted = ('diff --git "a/caf\\303\\251" "b/caf\\303\\251"\nnew file mode 100644\n'
+              'index 0..1\n--- /dev/null\n+++ "b/caf\\303\\251"\n@@ -0,0 +1 @@\n+x\n')
+    (patched,) = PatchSet(quoted.splitlines(keepends=True))
+    assert patched.path == '"caf\\303\\251"'  # still quoted, escapes undecoded
+    (ours,) = parse_diff(quoted.encode())
+    assert ours.new_path == "caf\u00e9"
