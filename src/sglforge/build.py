@@ -296,8 +296,8 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     cuda_home = ctx.cuda.home if ctx.cuda else None
     if ctx.cuda:
         hermetic.write_nvcc_wrapper(tools_bin)
-    plan: JobPlan = plan_jobs(ctx.machine, ctx.options.mem_per_job or recipe.mem_per_job,
-                              recipe.nvcc_threads, ctx.options.jobs)
+    mem_per_job = recipe.mem_per_job if ctx.options.mem_per_job is None else ctx.options.mem_per_job
+    plan: JobPlan = plan_jobs(ctx.machine, mem_per_job, recipe.nvcc_threads, ctx.options.jobs)
     print(f"    {plan.describe()}", flush=True)
     local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag)
     version = recipe.version(local)
