@@ -13,6 +13,9 @@ The pipeline, one named step each, with timings printed at the end:
     store     into the wheel cache (<cache>/wheels/<key>/)
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
+
+Interrupted (Ctrl-C, SIGTERM, SIGHUP): the running compile's whole session is terminated
+(procgroup.py) before the locks are released; nothing reaches wheels/ or the wheel cache.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from sglforge.errors import SglforgeError
 from sglforge.fsutil import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
 from sglforge.git import git_out
 from sglforge.pins import Lockfile, parse_lockfile
+from sglforge.procgroup import interrupts_deferred, run_in_session
 from sglforge.project import Project
 from sglforge.recipes import Recipe, load_recipes, select
 from sglforge.scheduler import JobPlan, Machine, build_order, plan_jobs
@@ -49,6 +53,7 @@ from sglforge.toolchain import (
 )
 
 LOG_TAIL_LINES = 40
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
 
 
 @dataclass(frozen=True)
@@ -154,28 +159,42 @@ def frontend_command(recipe: Recipe, source: Path, dist: Path,
 
 def run_logged(cmd: list[str], *, env: dict[str, str], cwd: Path, log: Path, label: str,
                interval: float) -> int:
-    """Run `cmd` with output to `log`; show progress (elapsed time and the last log line)."""
+    """Run `cmd` with output to `log`; show progress (elapsed time and the last log line).
+
+    The command runs in a session of its own and never outlives this call: on an exception,
+    Ctrl-C or SIGTERM its whole tree is terminated (SIGTERM, grace, SIGKILL, /proc check)
+    before the exception propagates, i.e. before the build root's lock is released."""
     log.parent.mkdir(parents=True, exist_ok=True)
     tty = sys.stdout.isatty()
     started = time.monotonic()
+    last_report = started
+
+    def progress() -> None:
+        nonlocal last_report
+        now = time.monotonic()
+        if tty or now - last_report >= interval:
+            last_report = now
+            status = f"  [{label}] {_clock(now - started)} {_last_line(log)}"[:110]
+            print(("\r" + status.ljust(110)) if tty else status, end="" if tty else "\n",
+                  flush=True)
+
     with open(log, "ab") as out:
         out.write(f"$ cd {cwd}\n$ {shlex.join(cmd)}\n".encode())
         out.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        last_report = started
-        while proc.poll() is None:
-            time.sleep(0.2)
-            now = time.monotonic()
-            if tty or now - last_report >= interval:
-                last_report = now
-                line = _last_line(log)
-                status = f"  [{label}] {_clock(now - started)} {line}"[:110]
-                print(("\r" + status.ljust(110)) if tty else status, end="" if tty else "\n",
-                      flush=True)
-        if tty:
-            print("\r" + " " * 110 + "\r", end="", flush=True)
-    return proc.returncode
+        try:
+            rc, leftovers = run_in_session(cmd, grace=KILL_GRACE, on_poll=progress, cwd=cwd,
+                                           env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL)
+        finally:
+            if tty:
+                print("\r" + " " * 110 + "\r", end="", flush=True)
+    if leftovers.how != "already exited":
+        print(f"    [{label}] stopped processes left behind by the build ({leftovers.how})",
+              flush=True)
+    if leftovers.survivors:
+        raise SglforgeError(f"build of {label}: processes survived SIGKILL: "
+                            f"pids {leftovers.survivors}")
+    return rc
 
 
 def _clock(seconds: float) -> str:
@@ -296,8 +315,8 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     cuda_home = ctx.cuda.home if ctx.cuda else None
     if ctx.cuda:
         hermetic.write_nvcc_wrapper(tools_bin)
-    plan: JobPlan = plan_jobs(ctx.machine, ctx.options.mem_per_job or recipe.mem_per_job,
-                              recipe.nvcc_threads, ctx.options.jobs)
+    mem_per_job = recipe.mem_per_job if ctx.options.mem_per_job is None else ctx.options.mem_per_job
+    plan: JobPlan = plan_jobs(ctx.machine, mem_per_job, recipe.nvcc_threads, ctx.options.jobs)
     print(f"    {plan.describe()}", flush=True)
     local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag)
     version = recipe.version(local)
@@ -443,10 +462,11 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             print(f"    built {built[name].path.name} in {built[name].seconds:.1f}s", flush=True)
         report.wheels = [built[n] for n in order]
         t = time.monotonic()
-        if publish:
-            outputs.publish(project, report.wheels, toolchain)
-        else:
-            outputs.write_wheels(out_dir, report.wheels)
+        with interrupts_deferred():  # a signal cannot cut publishing in half
+            if publish:
+                outputs.publish(project, report.wheels, toolchain)
+            else:
+                outputs.write_wheels(out_dir, report.wheels)
         report.step("publish", t)
     return report
 

@@ -2,7 +2,7 @@
 
 Each verb module exposes `register(subparsers)` which adds its parser and sets
 `func(args, ctx) -> int`. Errors the user can fix are `SglforgeError`s: printed without a
-traceback, exit status 2.
+traceback, exit status 2. Ctrl-C / SIGTERM / SIGHUP: one line, exit status 128 + signal.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sglforge.config import Settings, load_settings
 from sglforge.errors import SglforgeError
+from sglforge.procgroup import Terminated, interrupt_exit, signals_as_exceptions
 from sglforge.project import Project, find_project
 
 # Modules that contribute verbs, in help order.
@@ -62,13 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args, Context(args)) or 0)
+        with signals_as_exceptions():
+            return int(args.func(args, Context(args)) or 0)
     except SglforgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        # Everything the verb started has been stopped by now (procgroup.py); one line.
+        code, name = interrupt_exit(exc)
+        teardown = getattr(exc, "sglforge_teardown", None)
+        detail = (f"; stopped its processes ({teardown.how}, {teardown.seconds:.1f}s)"
+                  if teardown is not None else "")
+        if teardown is not None and teardown.survivors:
+            detail += f"; still running: pids {teardown.survivors}"
+        print(f"sglforge {args.verb}: interrupted by {name}{detail}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

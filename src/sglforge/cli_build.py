@@ -6,14 +6,41 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from sglforge.errors import SglforgeError
+MAX_JOBS = 4096
+MAX_MEM_PER_JOB = 1 << 50  # 1 PiB
+
+
+def jobs_arg(text: str) -> int:
+    """--jobs: a whole number of compile slots, 1..MAX_JOBS (argparse names flag and value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected a whole number from 1 to {MAX_JOBS}")
+    return value
+
+
+def mem_per_job_arg(text: str) -> int:
+    """--mem-per-job: a positive size such as 6GiB or 512MiB, in bytes."""
+    from sglforge.recipes import parse_memory
+
+    value = parse_memory(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected a size like 6GiB or 512MiB")
+    if not 0 < value <= MAX_MEM_PER_JOB:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: must be more than 0 and at most 1 PiB")
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", help="recipes (default: all); dependencies come along")
-    p.add_argument("--jobs", type=int, metavar="N",
+    p.add_argument("--jobs", type=jobs_arg, metavar="N",
                    help="compile slots (default: min(cores, MemAvailable / mem-per-job))")
-    p.add_argument("--mem-per-job", metavar="SIZE",
+    p.add_argument("--mem-per-job", type=mem_per_job_arg, metavar="SIZE",
                    help="memory per compile job, e.g. 6GiB (default: the recipe's)")
     p.add_argument("--wheelhouse", type=Path, metavar="DIR",
                    help="local wheels for recipes built with isolation = true")
@@ -42,16 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
     from sglforge.build import BuildOptions
-    from sglforge.recipes import parse_memory
 
-    mem = None
-    if args.mem_per_job:
-        mem = parse_memory(args.mem_per_job)
-        if mem is None:
-            raise SglforgeError(f"--mem-per-job {args.mem_per_job!r}: expected a size like 6GiB")
-    if args.jobs is not None and args.jobs < 1:
-        raise SglforgeError("--jobs must be >= 1")
-    return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=mem,
+    # --jobs and --mem-per-job are validated by argparse (jobs_arg, mem_per_job_arg).
+    return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=args.mem_per_job,
                         wheelhouse=args.wheelhouse, **extra)
 
 

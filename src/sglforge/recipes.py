@@ -31,6 +31,7 @@ FetchContent sources pinned for the upstream are always injected
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import string
 from dataclasses import dataclass
@@ -103,7 +104,8 @@ def parse_memory(text: str) -> int | None:
     if not match:
         return None
     scale = 1 << 30 if match.group(2).startswith("G") else 1 << 20
-    return int(float(match.group(1)) * scale)
+    number = float(match.group(1)) * scale
+    return int(number) if math.isfinite(number) else None  # 400 nines: inf, not a size
 
 
 def _placeholders(template: str) -> list[str] | None:

@@ -73,6 +73,9 @@ class JobPlan:
 
 def plan_jobs(machine: Machine, mem_per_job: int, nvcc_threads: int = 1,
               jobs_override: int | None = None) -> JobPlan:
+    if mem_per_job <= 0 or (jobs_override is not None and jobs_override < 1):
+        raise SglforgeError(f"compile slots: mem-per-job {mem_per_job} bytes, jobs "
+                            f"{jobs_override}: both must be positive")
     gib = 1 << 30
     by_memory = max(1, machine.mem_available // max(1, mem_per_job))
     slots = min(machine.cores, by_memory)
@@ -80,7 +83,7 @@ def plan_jobs(machine: Machine, mem_per_job: int, nvcc_threads: int = 1,
     reason = (f"{machine.cores} cores, {machine.mem_available / gib:.1f} GiB available{source} / "
               f"{mem_per_job / gib:.1f} GiB per job -> {slots} slots")
     if jobs_override is not None:
-        slots = max(1, jobs_override)
+        slots = jobs_override
         reason = f"--jobs {jobs_override}"
     threads = max(1, min(nvcc_threads, slots))
     return JobPlan(jobs=max(1, slots // threads), nvcc_threads=threads, slots=slots,

@@ -3,19 +3,22 @@
 SGLang forks scheduler/detokenizer subprocesses that hold GPU memory; killing only the
 launcher leaves them running. So each role is started as a session leader
 (`start_new_session`) and teardown signals the whole group: SIGTERM, a grace period, SIGKILL,
-then a scan of /proc proves that no member of any group survives.
+then a scan of /proc proves that no member of any group survives (sglforge.procgroup, shared
+with the wheel builds).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge.procgroup import group_members, terminate_sessions
 from sglforge.smoke.commands import LaunchCommand
+
+__all__ = ["group_members"]  # re-exported for the tests
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -74,24 +77,6 @@ class TeardownResult:
     seconds: float
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids in process group `pgid`, from /proc."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state ppid pgrp ...
-        rest = stat.rsplit(")", 1)[-1].split()
-        if len(rest) >= 3 and rest[0] != "Z" and int(rest[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
 class ProcessSet:
     """The processes of one smoke run. Use as a context manager: exit always tears down."""
 
@@ -138,67 +123,18 @@ class ProcessSet:
         return [p for p in self.processes if p.exit_status() is not None]
 
     def teardown(self) -> TeardownResult:
-        """SIGTERM every group, wait `grace`, SIGKILL what is left, verify nothing survives.
+        """SIGTERM every session, wait `grace`, SIGKILL what is left, verify nothing survives.
 
-        Idempotent, and safe to call from a `finally` after Ctrl-C: it ignores further
-        SIGINTs while it runs so a second Ctrl-C cannot leave GPUs held.
+        Idempotent, and safe to call from a `finally` after Ctrl-C: further SIGINTs and
+        SIGTERMs are ignored while it runs so a second Ctrl-C cannot leave GPUs held.
         """
-        if self.teardown_result is not None:
-            return self.teardown_result
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
-            self.teardown_result = self._teardown()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+        if self.teardown_result is None:
+            # Router first so it stops sending work, then the servers.
+            ordered = sorted(self.processes, key=lambda p: p.role != "router")
+            results = terminate_sessions([p.popen for p in ordered], self.grace)
+            pairs = list(zip(ordered, results, strict=True))
+            self.teardown_result = TeardownResult(
+                signalled={p.role: r.how for p, r in pairs},
+                survivors={p.role: r.survivors for p, r in pairs if r.survivors},
+                seconds=results[0].seconds if results else 0.0)
         return self.teardown_result
-
-    def _teardown(self) -> TeardownResult:
-        start = time.monotonic()
-        how: dict[str, str] = {}
-        # Router first so it stops sending work, then the servers.
-        ordered = sorted(self.processes, key=lambda p: p.role != "router")
-        for process in ordered:
-            alive = group_members(process.pgid) or process.exit_status() is None
-            how[process.role] = "SIGTERM" if alive else "already exited"
-            if alive:
-                _killpg(process.pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
-            for process in ordered:
-                process.exit_status()  # reap the leader so it stops counting as alive
-            if not any(group_members(p.pgid) for p in ordered):
-                break
-            time.sleep(0.05)
-        for process in ordered:
-            if group_members(process.pgid):
-                how[process.role] = "SIGKILL"
-                _killpg(process.pgid, signal.SIGKILL)
-        for process in ordered:
-            try:
-                process.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        survivors: dict[str, list[int]] = {}
-        settle = time.monotonic() + 5  # SIGKILLed grandchildren take a moment to be reaped
-        while True:
-            survivors = {p.role: group_members(p.pgid) for p in ordered}
-            survivors = {k: v for k, v in survivors.items() if v}
-            if not survivors or time.monotonic() > settle:
-                break
-            time.sleep(0.05)
-        return TeardownResult(signalled=how, survivors=survivors,
-                              seconds=time.monotonic() - start)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

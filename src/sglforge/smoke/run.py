@@ -17,6 +17,7 @@ from typing import TextIO
 
 from sglforge.errors import SglforgeError
 from sglforge.fsutil import atomic_write_text, remove_tree
+from sglforge.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
@@ -55,10 +56,6 @@ class SmokeOptions:
     def launch_plan(self) -> LaunchPlan:
         return build_launch_plan(self.profile, venv_python(self.venv), self.run_dir,
                                  self.project_root)
-
-
-class Terminated(BaseException):
-    """SIGTERM to the smoke itself (CI timeout, systemd): tear down like Ctrl-C."""
 
 
 class SmokeFailed(Exception):
