@@ -83,7 +83,11 @@ def _unquote(path: bytes) -> str:
     text = path.decode("utf-8", errors="surrogateescape")
     if text.startswith('"') and text.endswith('"'):
         raw = text[1:-1].encode("latin-1", errors="backslashreplace")
-        return raw.decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape")
+        try:
+            return raw.decode("unicode_escape").encode("latin-1").decode("utf-8",
+                                                                         "surrogateescape")
+        except UnicodeError as exc:  # a trailing backslash, a truncated \x escape, \u0100+
+            raise DiffParseError(f"quoted path {text!r}: bad escape ({exc.reason})") from None
     return text
 
 
