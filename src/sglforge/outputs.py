@@ -59,7 +59,7 @@ def load_manifest(path: Path) -> list[dict]:
     try:
         data = json.loads(read_input_text(path))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
-        raise SglforgeError(f"{path}: invalid JSON: {exc}", hint=hint) from None
+        raise SglforgeError(f"{path}: invalid JSON: {str(exc).split(';')[0]}", hint=hint) from None
     entries = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise SglforgeError(f"{path}: expected {{\"wheels\": [...]}}", hint=hint)

@@ -50,7 +50,7 @@ def load_toml(path: Path) -> tuple[dict[str, Any], str]:
     except tomllib.TOMLDecodeError as exc:
         raise SglforgeError(f"{path}: invalid TOML: {exc}") from None
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
-        raise SglforgeError(f"{path}: invalid TOML: {exc}") from None
+        raise SglforgeError(f"{path}: invalid TOML: {str(exc).split(';')[0]}") from None
 
 
 class Problems:

@@ -145,7 +145,7 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
     try:
         manifest = json.loads(read_input_text(manifest_path))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
-        raise SglforgeError(f"{manifest_path}: invalid JSON: {exc}") from None
+        raise SglforgeError(f"{manifest_path}: invalid JSON: {str(exc).split(';')[0]}") from None
     lock = parse_lock(lock_path)
     by_name = {e.name: e for e in lock}
     problems: list[str] = []
