@@ -91,7 +91,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     try:
         wheelset = load_wheelset(opts.wheels_dir, opts.lock)
     except SglforgeError as exc:
-        print(f"[warning] wheels: {str(exc).splitlines()[0]} — arch and torch checks skipped",
+        print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
               file=sys.stderr)
         wheelset = None
     venv = opts.reuse_venv or opts.run_dir / "venv"

@@ -11,10 +11,11 @@ import json
 import os
 from pathlib import Path
 
-from sglforge.errors import ConfigErrors
+from sglforge.errors import ConfigErrors, SglforgeError
 from sglforge.fsutil import atomic_write_bytes, atomic_write_text
 from sglforge.project import Project
 from sglforge.requirements import canonical_name, parse_pinned
+from sglforge.tomlfile import read_input_text
 from sglforge.toolchain import Toolchain
 
 MANIFEST = "manifest.json"
@@ -51,20 +52,37 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
 
 
 def load_manifest(path: Path) -> list[dict]:
-    if not path.is_file():
+    """The entries of a manifest (none when there is no file); a corrupt one is an error."""
+    if not path.exists():
         return []
+    hint = "the build writes this file; restore it from git or delete it and rebuild"
     try:
-        return list(json.loads(path.read_text())["wheels"])
-    except (ValueError, KeyError, TypeError):
-        return []
+        data = json.loads(read_input_text(path))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
+        raise SglforgeError(f"{path}: invalid JSON: {str(exc).split(';')[0]}", hint=hint) from None
+    entries = data.get("wheels") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise SglforgeError(f"{path}: expected {{\"wheels\": [...]}}", hint=hint)
+    problems = [f"wheels[{i}]: needs string keys file, sha256, name, version (and recipe)"
+                for i, e in enumerate(entries)
+                if not isinstance(e, dict)
+                or not all(isinstance(e.get(k), str) for k in ("file", "sha256", "name", "version"))
+                or not isinstance(e.get("recipe", ""), str)]
+    # The build unlinks stale files named here: a path must not reach outside wheels/.
+    problems += [f"wheels[{i}]: file {e['file']!r} must be a file name, no directories"
+                 for i, e in enumerate(entries) if not problems
+                 and (e["file"] in ("", ".", "..") or "/" in e["file"] or "\0" in e["file"])]
+    if problems:
+        raise ConfigErrors(path, problems)
+    return list(entries)
 
 
 def read_runtime_lock(path: Path, our_names: set[str]) -> list[str]:
     """The requirements of `lockfiles/runtime.lock`, checked: exact `==` pins with a sha256
     hash, and none naming a wheel sglforge builds (that one would be shadowed)."""
-    if not path.is_file():
+    if not path.exists():
         return []
-    pins, problems = parse_pinned(path.read_text())
+    pins, problems = parse_pinned(read_input_text(path))
     problems += [f"line {pin.line}: {pin.name} is built by sglforge (recipes/); remove it here"
                  for pin in pins if pin.name in our_names]
     if problems:

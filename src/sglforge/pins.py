@@ -125,6 +125,9 @@ def parse_lockfile(path: Path) -> Lockfile:
     first_line: dict[str, int | None] = {}
     for index, entry in enumerate(entries):
         start = header_lines[index] if index < len(header_lines) else None
+        if not isinstance(entry, dict):
+            problems.add(f"source #{index + 1}: expected a table ([[source]]), got {entry!r:.60}")
+            continue
         label = entry.get("name") if isinstance(entry, dict) else None
         where = f"source #{index + 1}" + (f" '{label}'" if isinstance(label, str) else "")
         reader = TableReader(
@@ -190,6 +193,8 @@ def parse_lockfile(path: Path) -> Lockfile:
             problems.add(f"source '{pin.name}': '{slot}' in '{pin.parent}' is already taken by "
                          f"'{placed[(pin.parent, slot)]}'")
         placed[(pin.parent, slot)] = pin.name
+    if not entries and not problems.items:
+        problems.add("no [[source]] entries: nothing to build (pin at least one upstream)")
     problems.raise_if_any()
     return Lockfile(path=path, pins=tuple(pins))
 

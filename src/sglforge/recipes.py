@@ -109,18 +109,25 @@ def parse_memory(text: str) -> int | None:
 
 
 def _placeholders(template: str) -> list[str] | None:
-    """Field names used in `template`; None if it is not a valid format string."""
+    """Field names used in `template`; None if it is not a valid format string.
+
+    Conversions and format specs (`{cuda!x}`, `{version:>999999999}`) are refused: they fail
+    or blow up when the template is filled in."""
     try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = list(string.Formatter().parse(template))
     except ValueError:
         return None
+    if any(f is not None and (conversion or spec) for _, f, spec, conversion in parsed):
+        return None
+    return [f for _, f, _, _ in parsed if f is not None]
 
 
 def _check_template(reader: TableReader, key: str, template: str, allowed: tuple[str, ...],
                     has_version: bool) -> None:
     fields = _placeholders(template)
     if fields is None:
-        reader.error(key, f"{template!r} is not a valid template (unbalanced braces)")
+        reader.error(key, f"{template!r} is not a valid template (unbalanced braces, "
+                          "or a !conversion or :format spec)")
         return
     for name in fields:
         if name not in allowed:

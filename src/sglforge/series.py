@@ -127,7 +127,10 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
     """Parse `path` (missing file = empty series). All problems are reported together."""
     if not path.exists():
         return PatchSeries(upstream, path, b"", ())
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:  # a directory, unreadable
+        raise ConfigErrors(path, [f"cannot read the series file: {exc.strerror or exc}"]) from None
     problems: list[str] = []
     entries: list[Entry] = []
     seen: dict[str, int] = {}
@@ -156,7 +159,11 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
             if not file.is_file():
                 problems.append(f"{where}: patch file {file} does not exist")
                 continue
-            entry = LocalPatch(name, file, file.read_bytes(), number)
+            try:
+                entry = LocalPatch(name, file, file.read_bytes(), number)
+            except OSError as exc:
+                problems.append(f"{where}: cannot read patch file {file}: {exc.strerror or exc}")
+                continue
             key = name
         if key in seen:
             problems.append(f"{where}: {key} is already listed at line {seen[key]}")

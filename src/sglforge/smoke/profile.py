@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from sglforge.errors import SglforgeError
 from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
@@ -24,6 +23,14 @@ PLACEHOLDERS = ("python", "model", "run_dir", "project")
 TRANSFER_BACKENDS = ("nixl", "mooncake", "ascend", "mori", "fake")
 CHECKS = ("generate", "logprobs", "stream", "concurrent", "needle")
 ROLES = ("prefill", "decode")
+# Bounds of numeric settings: beyond them a value is a typo or an attack, not a deployment.
+PORT_MAX = 65535
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout beyond a week is a typo (health waits for minutes)
+MAX_CONCURRENCY = 1024
+MAX_NEEDLE_TOKENS = 1 << 20  # 1M-token prompts; DeepSeek-V4-Flash's context is 1M
+MAX_NEW_TOKENS = 1 << 20
+MAX_GPUS_INDEX = 1023
+HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]{2,45}\]?"
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     backend = top.str("backend", required=True) or "nixl"
     if backend not in TRANSFER_BACKENDS:
         top.error("backend", f"{backend!r} is not one of {', '.join(TRANSFER_BACKENDS)}")
-    host = top.str("host") or "127.0.0.1"
+    host = top.str("host", pattern=HOST, describe="a host name or IP address") or "127.0.0.1"
     requires_gpu = top.bool("requires-gpu", default=True)
     numa_binding = top.bool("numa-binding", default=True)
 
@@ -176,20 +183,20 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     roles = {}
     for role in ROLES:
         r = sub(role, required=True)
-        gpus = tuple(r.int_list("gpus", required=True) or [])
-        tp = r.int("tp", minimum=1) or max(1, len(gpus))
+        gpus = tuple(r.int_list("gpus", required=True, minimum=0, maximum=MAX_GPUS_INDEX) or [])
+        tp = r.int("tp", minimum=1, maximum=MAX_GPUS_INDEX + 1) or max(1, len(gpus))
         if gpus and len(gpus) != tp:
             r.error("gpus", f"{len(gpus)} GPUs listed but tp = {tp}; list exactly tp GPUs")
         if len(set(gpus)) != len(gpus):
             r.error("gpus", f"GPU listed twice in {list(gpus)}")
-        if any(g < 0 for g in gpus):
-            r.error("gpus", f"GPU indices must be >= 0, got {list(gpus)}")
-        bootstrap = r.int("bootstrap-port", minimum=1) if role == "prefill" else None
+        bootstrap = (r.int("bootstrap-port", minimum=1, maximum=PORT_MAX)
+                     if role == "prefill" else None)
         if role == "prefill" and bootstrap is None:
             bootstrap = 8998  # SGLang's default --disaggregation-bootstrap-port
         roles[role] = RoleSpec(
-            role=role, gpus=gpus, numa_node=r.int("numa-node", minimum=0), tp=tp,
-            port=r.int("port", required=True, minimum=1) or 0, bootstrap_port=bootstrap,
+            role=role, gpus=gpus, numa_node=r.int("numa-node", minimum=0, maximum=MAX_GPUS_INDEX),
+            tp=tp, port=r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
+            bootstrap_port=bootstrap,
             args=tuple(r.str_list("args") or []), env=r.str_table("env"))
         r.finish()
     overlap = set(roles["prefill"].gpus) & set(roles["decode"].gpus)
@@ -201,7 +208,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     router = RouterSpec(
         command=tuple(router_r.str_list("command")
                       or ["{python}", "-m", "sglang_router.launch_router"]),
-        port=router_r.int("port", required=True, minimum=1) or 0,
+        port=router_r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
         args=tuple(router_r.str_list("args") or []), env=router_r.str_table("env"))
     router_r.finish()
 
@@ -217,16 +224,17 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     for name in run:
         if name not in CHECKS:
             c.error("run", f"unknown check {name!r}; known: {', '.join(CHECKS)}")
-    lengths = tuple(c.int_list("needle-lengths") or [2048, 4096, 8192, 16384])
-    must = tuple(c.int_list("needle-must-recall") or [])
+    lengths = tuple(c.int_list("needle-lengths", minimum=1, maximum=MAX_NEEDLE_TOKENS)
+                    or [2048, 4096, 8192, 16384])
+    must = tuple(c.int_list("needle-must-recall", minimum=1, maximum=MAX_NEEDLE_TOKENS) or [])
     for length in must:
         if length not in lengths:
             c.error("needle-must-recall", f"{length} is not in needle-lengths {list(lengths)}")
-    words_per_token = _number(c, "words-per-token", 0.75)
+    words_per_token = c.number("words-per-token", default=0.75, maximum=10.0)
     checks = ChecksSpec(
         run=run, prompt=c.str("prompt") or "The capital of France is",
-        max_new_tokens=c.int("max-new-tokens", minimum=1) or 16,
-        concurrency=c.int("concurrency", minimum=1) or 16,
+        max_new_tokens=c.int("max-new-tokens", minimum=1, maximum=MAX_NEW_TOKENS) or 16,
+        concurrency=c.int("concurrency", minimum=1, maximum=MAX_CONCURRENCY) or 16,
         needle_lengths=lengths, needle_must_recall=must, words_per_token=words_per_token)
     c.finish()
     top.finish()
@@ -248,18 +256,8 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         timeouts=timeouts, checks=checks)
 
 
-def _number(reader: TableReader, key: str, default: float) -> float:
-    value: Any = reader._get(key, False)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        reader.error(key, f"expected a positive number, got {value!r}")
-        return default
-    return float(value)
-
-
 def _seconds(reader: TableReader, key: str, default: float) -> float:
-    return _number(reader, key, default)
+    return reader.number(key, default=default, maximum=MAX_SECONDS)
 
 
 def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: RouterSpec) -> None:  # noqa: ANN001

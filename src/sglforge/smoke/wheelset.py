@@ -20,6 +20,7 @@ from typing import Any
 from sglforge.errors import ConfigErrors, SglforgeError
 from sglforge.fsutil import sha256_file
 from sglforge.requirements import canonical_name, parse_pinned
+from sglforge.tomlfile import read_input_text
 
 PROVENANCE_FILE = "sglforge-build.json"
 REQUIRED_PROVENANCE_KEYS = ("upstream", "commit", "version", "cuda_archs", "requires_torch",
@@ -86,11 +87,10 @@ class WheelSet:
 
 def parse_lock(path: Path) -> tuple[LockEntry, ...]:
     """Parse a hash-pinned requirements file (`name==version --hash=sha256:...`, `\\` joins)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         raise SglforgeError(f"{path}: file not found",
-                            hint="build the wheels first (`nox -s build`) or pass --lock") from None
+                            hint="build the wheels first (`nox -s build`) or pass --lock")
+    text = read_input_text(path)
     pins, problems = parse_pinned(text)
     if problems:
         raise ConfigErrors(path, problems)
@@ -107,9 +107,9 @@ def read_wheel_provenance(path: Path) -> dict[str, Any]:
                                     "not a wheel built by sglforge",
                                     hint="rebuild it with `nox -s build`")
             return json.loads(archive.read(names[0]))
-    except zipfile.BadZipFile:
-        raise SglforgeError(f"{path}: not a valid wheel (bad zip)") from None
-    except json.JSONDecodeError as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
+        raise SglforgeError(f"{path}: not a valid wheel ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
         raise SglforgeError(f"{path}: {PROVENANCE_FILE} is not valid JSON: {exc}") from None
 
 
@@ -139,13 +139,13 @@ def _provenance(data: Any, where: str, problems: list[str]) -> Provenance | None
 def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
     """Read and cross-check manifest, lock and wheel files; any disagreement is an error."""
     manifest_path = wheels_dir / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not manifest_path.exists():
         raise SglforgeError(f"{manifest_path}: file not found",
-                            hint="build the wheels first (`nox -s build`)") from None
-    except json.JSONDecodeError as exc:
-        raise SglforgeError(f"{manifest_path}: invalid JSON: {exc}") from None
+                            hint="build the wheels first (`nox -s build`)")
+    try:
+        manifest = json.loads(read_input_text(manifest_path))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
+        raise SglforgeError(f"{manifest_path}: invalid JSON: {str(exc).split(';')[0]}") from None
     lock = parse_lock(lock_path)
     by_name = {e.name: e for e in lock}
     problems: list[str] = []
@@ -161,6 +161,9 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
             problems.append(f"{where}: needs string keys file, sha256, name, version")
             continue
         where = f"wheels[{index}] ({entry['file']})"
+        if entry["file"] in ("", ".", "..") or "/" in entry["file"] or "\0" in entry["file"]:
+            problems.append(f"{where}: 'file' must be a file name in {wheels_dir}, no directories")
+            continue
         name, version = canonical_name(entry["name"]), entry["version"]
         path = wheels_dir / entry["file"]
         if not path.is_file():
