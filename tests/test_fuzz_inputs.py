@@ -379,11 +379,12 @@ REGRESSIONS = [
      "'cpu.{cuda:d}' is not a valid template"),
     ("recipe", replace("cpu.{patchset8}", "cpu.{cuda:>999999999999999999}"), ("plan",), 2,
      "is not a valid template"),
-    # quoted diff paths with bad escapes -> UnicodeDecodeError in diffparse._unquote
-    ("patch", replace("+++ b/src/purepy/__init__.py", '+++ "b/src/purepy/\\x"'), CHECK, 2,
-     "quoted path '\"b/src/purepy/\\\\x\"': bad escape (truncated \\xXX escape)"),
+    # quoted diff paths with bad escapes -> UnicodeDecodeError in diffparse._unquote (then);
+    # now a malformed-diff finding naming the patch and line (`patches check` exits 1)
+    ("patch", replace("+++ b/src/purepy/__init__.py", '+++ "b/src/purepy/\\x"'), CHECK, 1,
+     "(0001-greeting.patch): malformed diff at line"),
     ("patch", replace("--- a/src/purepy/__init__.py", '--- "a/src/purepy/__init__.py\\"'),
-     CHECK, 2, "bad escape (\\ at end of string)"),
+     CHECK, 1, "(0001-greeting.patch): malformed diff at line"),
     # host with a NUL -> TypeError from socket.bind in doctor (now refused for every string)
     ("profile", replace('host = "127.0.0.1"', 'host = "a\\u0000b"'), DOCTOR, 2,
      "profile, key 'host' (line 4): contains a NUL character"),
