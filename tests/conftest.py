@@ -16,7 +16,7 @@ from tests.fixtures.gitrepos import World
 
 
 def _missing_cuda_tools() -> list[str]:
-    from sglforge.audit import find_cuobjdump
+    from sglforge.wheel.audit import find_cuobjdump
 
     missing = []
     nvcc = [Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "nvcc",

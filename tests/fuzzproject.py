@@ -57,7 +57,7 @@ class Clone:
         argparse exits with SystemExit(2); anything else that escapes `main()` is a traceback
         a user would see, so it propagates and fails the calling test.
         """
-        from sglforge.cli import main
+        from sglforge.cli.main import main
 
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglforge import sources
-from sglforge.apply import PatchFailed, apply_series
-from sglforge.backport import digest_of
-from sglforge.cli import main
-from sglforge.errors import SglforgeError
-from sglforge.pins import parse_lockfile
-from sglforge.project import Project
-from sglforge.series import load_series
+from sglforge.base.errors import SglforgeError
+from sglforge.cli.main import main
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.patching.apply import PatchFailed, apply_series
+from sglforge.patching.backport import digest_of
+from sglforge.patching.series import load_series
+from sglforge.sources import cache as sources
 from tests.fixtures.gitrepos import local_patch, run_git
 
 

@@ -115,7 +115,7 @@ def test_failing_build_leaves_wheels_untouched_and_prints_log_tail(purepy):
 
 
 def test_two_builds_cannot_share_outputs(purepy):
-    from sglforge.fsutil import exclusive_lock
+    from sglforge.base.fs import exclusive_lock
 
     purepy.build_root.mkdir(parents=True)
     with exclusive_lock(purepy.build_root / ".sglforge-build.lock", "test"):

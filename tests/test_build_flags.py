@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglforge.cli import main
-from sglforge.errors import SglforgeError
-from sglforge.scheduler import Machine, plan_jobs
+from sglforge.base.errors import SglforgeError
+from sglforge.build.scheduler import Machine, plan_jobs
+from sglforge.cli.main import main
 
 
 @pytest.mark.parametrize("flag, value, message", [
@@ -37,7 +37,7 @@ def test_the_scheduler_refuses_what_the_cli_would_have_refused():
 
 
 def test_a_recipe_size_too_large_for_a_float_is_not_a_size():
-    from sglforge.recipes import parse_memory
+    from sglforge.inputs.recipes import parse_memory
 
     assert parse_memory("9" * 400 + "GiB") is None  # was OverflowError (int(inf))
     assert parse_memory("1.5GiB") == 3 << 29

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.procgroup import (
+from sglforge.base.procgroup import (
     Terminated,
     interrupts_deferred,
     run_in_session,

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from sglforge.apply import PatchFailed
-from sglforge.lint import lint_project
-from sglforge.patchformat import PatchFormatError, patch_format
-from sglforge.pins import parse_lockfile
-from sglforge.project import Project
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.patching.apply import PatchFailed
+from sglforge.patching.lint import lint_project
+from sglforge.patching.patchformat import PatchFormatError, patch_format
 from tests.fixtures.gitrepos import local_patch, run_git
 from tests.test_apply import edit_core, tree  # noqa: F401 - the `tree` fixture
 from tests.test_security_patches import run_cli
@@ -152,7 +152,7 @@ def test_dep3_patch_without_author_is_a_clear_error(world, upstreams, tree):  # 
 
 
 def test_refresh_turns_a_dep3_patch_into_an_mbox_keeping_its_fields(world, upstreams):  # noqa: ANN001
-    from sglforge.cli import main
+    from sglforge.cli.main import main
     from tests.test_refresh_lint import core_text, upstream_moves
 
     patch = DEP3_GIT + git_diff_of(upstreams, "f20", edit_core(20, "2020"))

@@ -201,9 +201,9 @@ def run_verbs(clone: fuzzproject.Clone, kind: str, verbs=None) -> list[tuple]:  
 
 def load_directly(clone: fuzzproject.Clone, kind: str) -> None:
     """The loaders themselves: only `SglforgeError` may come out of them."""
-    from sglforge.errors import SglforgeError
-    from sglforge.outputs import load_manifest, read_runtime_lock
+    from sglforge.base.errors import SglforgeError
     from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.outputs import load_manifest, read_runtime_lock
 
     try:
         if kind == "runtime-lock":
@@ -403,8 +403,8 @@ def test_hostile_input_regressions(pristine, scratch, kind, damage, verb, code, 
 
 
 def test_runtime_lock_not_utf8_names_file_and_line(tmp_path):  # noqa: ANN001
-    from sglforge.errors import SglforgeError
-    from sglforge.outputs import read_runtime_lock
+    from sglforge.base.errors import SglforgeError
+    from sglforge.wheel.outputs import read_runtime_lock
 
     lock = tmp_path / "runtime.lock"
     lock.write_bytes(fuzzproject.RUNTIME_LOCK.encode() + b"x==1 \xff\n")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.errors import ConfigErrors
-from sglforge.outputs import read_runtime_lock, render_lock
-from sglforge.toolchain import load_toolchain
+from sglforge.base.errors import ConfigErrors
+from sglforge.inputs.toolchain import load_toolchain
+from sglforge.wheel.outputs import read_runtime_lock, render_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 H = "a" * 64

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sglforge.errors import ConfigErrors, SglforgeError
-from sglforge.pins import parse_lockfile, rewrite_pin
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.inputs.pins import parse_lockfile, rewrite_pin
 
 GOOD = "0123456789abcdef0123456789abcdef01234567"
 

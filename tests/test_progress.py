@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sglforge.build import log_tail, run_logged
+from sglforge.build.pipeline import log_tail, run_logged
 
 
 def test_progress_lines_and_log_file(tmp_path, capsys):

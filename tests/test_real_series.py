@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.lint import lint_project, render_findings
-from sglforge.pins import parse_lockfile
-from sglforge.project import Project
-from sglforge.series import LocalPatch, parse_series
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.patching.lint import lint_project, render_findings
+from sglforge.patching.series import LocalPatch, parse_series
 
 ROOT = Path(__file__).resolve().parent.parent
 SERIES_FILES = sorted((ROOT / "patches").glob("*/series"))

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.errors import SglforgeError
-from sglforge.pins import parse_lockfile
-from sglforge.recipes import load_recipes, parse_recipe, select
-from sglforge.toolchain import load_toolchain
+from sglforge.base.errors import SglforgeError
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.recipes import load_recipes, parse_recipe, select
+from sglforge.inputs.toolchain import load_toolchain
 
 LOCK = """\
 [[source]]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sglforge.cli import main
-from sglforge.lint import lint_project
-from sglforge.pins import parse_lockfile
-from sglforge.project import Project
+from sglforge.cli.main import main
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.patching.lint import lint_project
 from tests.fixtures.gitrepos import local_patch, run_git
 from tests.test_apply import edit_core, upstream_fix
 

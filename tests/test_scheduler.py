@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglforge.errors import SglforgeError
-from sglforge.scheduler import Machine, build_order, plan_jobs
+from sglforge.base.errors import SglforgeError
+from sglforge.build.scheduler import Machine, build_order, plan_jobs
 
 GIB = 1 << 30
 

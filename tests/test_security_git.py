@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sglforge import sources
-from sglforge.config import load_settings
-from sglforge.errors import SglforgeError
-from sglforge.git import check_url
-from sglforge.pins import parse_lockfile
+from sglforge.sources import cache as sources
+from sglforge.base.errors import SglforgeError
+from sglforge.base.git import check_url
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.settings import load_settings
 from tests.fixtures.gitrepos import UPSTREAM, local_patch, source_entry
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -142,8 +142,8 @@ def test_fetch_layer_never_runs_an_unvalidated_url(world, template):
 def test_fetch_layer_does_not_block_on_fd_transport(world):
     code = (
         "import sys; from pathlib import Path\n"
-        "from sglforge import sources\n"
-        "from sglforge.config import Settings\n"
+        "from sglforge.sources import cache as sources\n"
+        "from sglforge.inputs.settings import Settings\n"
         f"s = Settings(cache_dir=Path({str(world.cache)!r}), build_root=Path('/tmp/x'))\n"
         f"w = sources.GitWant('fd::0', {GOOD!r}, 'hostile')\n"
         "try:\n"

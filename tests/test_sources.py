@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from sglforge import sources
-from sglforge.cli import main
-from sglforge.errors import SglforgeError
-from sglforge.pins import parse_lockfile
+from sglforge.base.errors import SglforgeError
+from sglforge.cli.main import main
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.sources import cache as sources
 from tests.fixtures.gitrepos import run_git
 
 

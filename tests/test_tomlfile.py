@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from sglforge.errors import SglforgeError
-from sglforge.tomlfile import Problems, TableReader, load_toml
+from sglforge.base.errors import SglforgeError
+from sglforge.base.tomlfile import Problems, TableReader, load_toml
 
 
 def reader(data: dict) -> TableReader:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.errors import SglforgeError
-from sglforge.wheelpost import postprocess, read_provenance
+from sglforge.base.errors import SglforgeError
+from sglforge.wheel.normalize import postprocess, read_provenance
 
 META = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0+abc\nRequires-Dist: torch>=2.0\n\nbody\n"
 

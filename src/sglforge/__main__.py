@@ -1,3 +1,3 @@
-from sglforge.cli import main
+from sglforge.cli.main import main
 
 raise SystemExit(main())

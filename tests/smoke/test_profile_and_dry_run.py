@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.cli import main
-from sglforge.errors import ConfigErrors
+from sglforge.base.errors import ConfigErrors
+from sglforge.cli.main import main
 from sglforge.smoke.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]

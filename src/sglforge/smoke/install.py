@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglforge.errors import SglforgeError
-from sglforge.fsutil import remove_tree
+from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import remove_tree
 from sglforge.smoke.profile import InstallSpec
 from sglforge.smoke.wheelset import WheelSet
 

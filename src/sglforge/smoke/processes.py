@@ -3,7 +3,7 @@
 SGLang forks scheduler/detokenizer subprocesses that hold GPU memory; killing only the
 launcher leaves them running. So each role is started as a session leader
 (`start_new_session`) and teardown signals the whole group: SIGTERM, a grace period, SIGKILL,
-then a scan of /proc proves that no member of any group survives (sglforge.procgroup, shared
+then a scan of /proc proves that no member of any group survives (sglforge.base.procgroup, shared
 with the wheel builds).
 """
 
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglforge.procgroup import group_members, terminate_sessions
+from sglforge.base.procgroup import group_members, terminate_sessions
 from sglforge.smoke.commands import LaunchCommand
 
 __all__ = ["group_members"]  # re-exported for the tests

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglforge.errors import SglforgeError
-from sglforge.tomlfile import Problems, TableReader, key_line, load_toml
+from sglforge.base.errors import SglforgeError
+from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 
 PLACEHOLDERS = ("python", "model", "run_dir", "project")
 # SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglforge.fsutil import atomic_write_text
+from sglforge.base.fs import atomic_write_text
 from sglforge.smoke.checks import CheckResult
 from sglforge.smoke.doctor import Finding
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sglforge.errors import SglforgeError
-from sglforge.fsutil import atomic_write_text, remove_tree
-from sglforge.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
+from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import atomic_write_text, remove_tree
+from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglforge.errors import ConfigErrors, SglforgeError
-from sglforge.fsutil import sha256_file
-from sglforge.requirements import canonical_name, parse_pinned
-from sglforge.tomlfile import read_input_text
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import sha256_file
+from sglforge.base.requirements import canonical_name, parse_pinned
+from sglforge.base.tomlfile import read_input_text
 
 PROVENANCE_FILE = "sglforge-build.json"
 REQUIRED_PROVENANCE_KEYS = ("upstream", "commit", "version", "cuda_archs", "requires_torch",

@@ -1,0 +1,103 @@
+"""Filesystem helpers that never leave half-written outputs behind."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from sglforge.base.errors import SglforgeError
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory + rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def replace_dir(staged: Path, final: Path) -> None:
+    """Move the fully prepared directory `staged` to `final`, replacing what was there."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if final.exists() or final.is_symlink():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.rename(final, old)
+    os.rename(staged, final)
+    if old is not None:
+        remove_tree(old)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a tree, including read-only files (git objects are 0444)."""
+    def onerror(func, name, _exc):  # noqa: ANN001
+        os.chmod(name, 0o700)
+        func(name)
+
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, onerror=onerror)
+
+
+@contextlib.contextmanager
+def staging_dir(final: Path) -> Iterator[Path]:
+    """A fresh sibling directory of `final`; removed on failure, caller promotes on success."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+    try:
+        yield staged
+    except BaseException:
+        remove_tree(staged)
+        raise
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, what: str, *, wait: bool = False) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path`. If someone else holds it, fail at once
+    naming the holder, or (`wait`) block until it is free."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise SglforgeError(f"{what} is in use by {holder} (lock {path})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,129 @@
+"""The environment a wheel build runs in: fixed paths, no network, deterministic compilers.
+
+- Fixed absolute build root; HOME and TMPDIR inside it; LANG/TZ fixed; PYTHONHASHSEED=0.
+- SOURCE_DATE_EPOCH = the pinned commit's time.
+- No network: the build runs in a fresh network namespace (`unshare -n`, or `unshare -rn`
+  when not root) where available, and always with proxies pointing at a closed port,
+  PIP_NO_INDEX=1 and FETCHCONTENT_FULLY_DISCONNECTED=ON, so a download attempt fails loudly.
+- An `nvcc` wrapper first on PATH (also CUDACXX, PYTORCH_NVCC, FLASHINFER_NVCC) adds, per
+  compiled file, `-objtemp` and `-frandom-seed=<hash of source and output paths relative to
+  the build root>`, plus `-Xcompiler -ffile-prefix-map=<root>=/sglforge-build`; nvcc output
+  depends on absolute paths even so, which is why the root is fixed
+  (see reference/reproducibility.md). The optional compiler cache hooks in here too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PREFIX_TARGET = "/sglforge-build"
+CLOSED_PROXY = "http://127.0.0.1:9"
+
+NVCC_WRAPPER = '''#!{python}
+"""nvcc wrapper written by sglforge (hermetic.py): stable seeds and temp names per file."""
+import hashlib, os, sys
+
+real = os.environ["SGLFORGE_REAL_NVCC"]
+root = os.environ["SGLFORGE_BUILD_ROOT"]
+args = sys.argv[1:]
+if {{"--version", "-V", "--help", "-h"}}.intersection(args):
+    os.execv(real, [real] + args)
+compile_flags = {{"-c", "-dc", "-dw", "--compile", "--device-c", "--device-w"}}
+sources = [a for a in args if not a.startswith("-")
+           and a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
+extra = ["-Xcompiler", "-ffile-prefix-map=" + root + "={prefix}"]
+if compile_flags.intersection(args) and len(sources) == 1:
+    output = ""
+    for i, a in enumerate(args):
+        if a in ("-o", "--output-file") and i + 1 < len(args):
+            output = args[i + 1]
+        elif a.startswith("--output-file="):
+            output = a.split("=", 1)[1]
+    rel = [os.path.relpath(os.path.abspath(p), root) for p in (sources[0], output) if p]
+    seed = hashlib.sha256("\\0".join(rel).encode()).hexdigest()[:8]
+    extra += ["-objtemp", "-frandom-seed=0x" + seed]
+launcher = os.environ.get("SGLFORGE_COMPILER_CACHE")
+cmd = ([launcher] if launcher else []) + [real] + args + extra
+os.execvp(cmd[0], cmd)
+'''
+
+
+def write_nvcc_wrapper(tools_bin: Path) -> Path:
+    tools_bin.mkdir(parents=True, exist_ok=True)
+    wrapper = tools_bin / "nvcc"
+    wrapper.write_text(NVCC_WRAPPER.format(python=sys.executable, prefix=PREFIX_TARGET))
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@functools.lru_cache(maxsize=1)
+def network_isolation() -> list[str]:
+    """Command prefix that runs a command without network, or [] where not possible."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return []
+    for prefix in ([unshare, "-n"], [unshare, "-rn"]):
+        probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return prefix
+    return []
+
+
+def compiler_cache_env(kind: str | None, cache_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """Env and CMake -D options for ccache/sccache (wrapping nvcc and the host compilers)."""
+    if kind is None:
+        return {}, []
+    from sglforge.base.errors import SglforgeError
+
+    binary = shutil.which(kind)
+    if binary is None:
+        raise SglforgeError(f"--compiler-cache {kind}: '{kind}' is not on PATH")
+    env = {"SGLFORGE_COMPILER_CACHE": binary}
+    if kind == "ccache":
+        env.update({"CCACHE_DIR": str(cache_dir / "ccache"), "CCACHE_NOHASHDIR": "1"})
+    else:
+        env.update({"SCCACHE_DIR": str(cache_dir / "sccache")})
+    defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]
+    return env, defines
+
+
+def search_path(cuda_home: Path | None) -> str:
+    """PATH of a build (after the tools dir): CUDA, the build interpreter's bin, the system."""
+    parts = [str(cuda_home / "bin")] if cuda_home else []
+    parts += [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+    return os.pathsep.join(parts)
+
+
+def base_env(build_root: Path, tools_bin: Path, cuda_home: Path | None,
+             real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
+    """The environment every build starts from (the caller's environment is not inherited)."""
+    path = os.pathsep.join([str(tools_bin), search_path(cuda_home)])
+    wrapper = str(tools_bin / "nvcc")
+    prefix_map = f"-ffile-prefix-map={build_root}={PREFIX_TARGET}"
+    env = {
+        "PATH": path,
+        "HOME": str(build_root / "home"),
+        "TMPDIR": str(build_root / "tmp"),
+        "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "PYTHONHASHSEED": "0",
+        "PYTHONNOUSERSITE": "1",
+        "SOURCE_DATE_EPOCH": str(source_date_epoch),
+        "SGLFORGE_BUILD_ROOT": str(build_root),
+        "CFLAGS": prefix_map, "CXXFLAGS": prefix_map,
+        "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    if cuda_home is not None and real_nvcc is not None:
+        env.update({"CUDA_HOME": str(cuda_home), "CUDA_PATH": str(cuda_home),
+                    "CUDACXX": wrapper, "PYTORCH_NVCC": wrapper, "FLASHINFER_NVCC": wrapper,
+                    "SGLFORGE_REAL_NVCC": str(real_nvcc)})
+    for var in ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy"):
+        env[var] = env[var.upper()] = CLOSED_PROXY
+    env["no_proxy"] = env["NO_PROXY"] = ""
+    return env

@@ -1,0 +1,485 @@
+"""`sglforge build`: recipes -> content keys -> (cache hit | hermetic build) -> post-process.
+
+The pipeline, one named step each, with timings printed at the end:
+  load      lockfile, toolchain, recipes, patch series; check the build interpreter
+  key       content key per wheel (dependencies first)
+  per wheel (cache hit: copy from the wheel cache and stop)
+    fetch     pinned sources into the source cache (mirrors apply)
+    prepare   export the upstream at <build-root>/src/<upstream>, apply the series;
+              export FetchContent sources at <build-root>/deps/<name>
+    compile   the PEP 517 frontend, no network, logged to <build-root>/logs/<wheel>.log
+    post      version check, torch pin, provenance, normalized zip
+    audit     cuobjdump: required SASS in every device-code ELF
+    store     into the wheel cache (<cache>/wheels/<key>/)
+  publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
+            nothing is published unless every wheel succeeded
+
+Interrupted (Ctrl-C, SIGTERM, SIGHUP): the running compile's whole session is terminated
+(procgroup.py) before the locks are released; nothing reaches wheels/ or the wheel cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
+from sglforge.base.git import git_out
+from sglforge.base.procgroup import interrupts_deferred, run_in_session
+from sglforge.build import environment
+from sglforge.build.key import BuildKey, compute_key
+from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
+from sglforge.inputs.pins import Lockfile, parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.inputs.recipes import Recipe, load_recipes, select
+from sglforge.inputs.settings import Settings
+from sglforge.inputs.toolchain import (
+    CudaToolkit,
+    Toolchain,
+    ToolchainFingerprint,
+    find_cuda,
+    fingerprint,
+    load_toolchain,
+)
+from sglforge.patching.apply import apply_series
+from sglforge.patching.series import PatchSeries, backport_wants, load_series
+from sglforge.sources.cache import ExportedTree, export_source, fetch_sources
+from sglforge.wheel import audit, normalize, outputs
+
+LOG_TAIL_LINES = 40
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    names: tuple[str, ...] = ()
+    jobs: int | None = None
+    mem_per_job: int | None = None
+    compiler_cache: str | None = None  # "ccache" | "sccache"
+    use_wheel_cache: bool = True
+    wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
+    out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
+    progress_interval: float = 30.0
+
+
+@dataclass(frozen=True)
+class BuiltWheel:
+    recipe: str
+    path: Path  # the final (normalized, stamped, audited) wheel
+    sha256: str
+    name: str
+    version: str
+    provenance: dict
+    key: str
+    cached: bool
+    seconds: float
+
+
+@dataclass
+class BuildReport:
+    wheels: list[BuiltWheel] = field(default_factory=list)
+    steps: list[tuple[str, float]] = field(default_factory=list)
+
+    def step(self, name: str, started: float) -> None:
+        self.steps.append((name, time.monotonic() - started))
+
+
+@dataclass(frozen=True)
+class PreparedSource:
+    tree: ExportedTree
+    source_dir: Path  # tree + recipe subdir
+    applied: list[str]
+    fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
+    source_date_epoch: int
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare: export + patch (the one seam where patch application plugs in)
+
+
+def _apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[str]:
+    """Apply `series` strictly to the exported work tree, one commit per entry."""
+    return [a.label for a in apply_series(tree, series, settings)]
+
+
+def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
+                   settings: Settings) -> PreparedSource:
+    """Export the recipe's upstream afresh, apply its series, export its FetchContent sources.
+
+    Every recipe gets a fresh tree, also when two recipes share an upstream (flashinfer-python
+    and flashinfer-jit-cache): a build writes into its tree, and the next wheel's output must
+    not depend on whether the previous one was built or came from the cache.
+    """
+    root = settings.build_root
+    tree = export_source(lock, recipe.upstream, root / "src" / recipe.upstream, settings)
+    epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
+    applied = _apply_series(tree.path, series, settings)
+    fetchcontent = {}
+    for pin in lock.fetchcontent(recipe.upstream):
+        dep = export_source(lock, pin.name, root / "deps" / pin.name, settings)
+        fetchcontent[pin.fetchcontent] = dep.path
+    prepared = PreparedSource(tree, tree.path / recipe.subdir, applied, fetchcontent, epoch)
+    if not prepared.source_dir.is_dir():
+        raise SglforgeError(f"{recipe.path}: subdir '{recipe.subdir}' does not exist in "
+                            f"'{recipe.upstream}' at {tree.commit}")
+    return prepared
+
+
+# ---------------------------------------------------------------------------------------------
+# compile
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    return template.format(**values)
+
+
+def frontend_command(recipe: Recipe, source: Path, dist: Path,
+                     config: dict[str, tuple[str, ...]],
+                     wheelhouse: Path | None) -> list[str]:
+    if recipe.frontend == "pip":
+        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--verbose",
+               "--wheel-dir", str(dist)]
+        if not recipe.isolation:
+            cmd.append("--no-build-isolation")
+        cmd += ["--no-index"] + (["--find-links", str(wheelhouse)] if wheelhouse else [])
+        cmd += [f"--config-settings={k}={v}" for k, vs in config.items() for v in vs]
+    else:
+        cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist)]
+        if not recipe.isolation:
+            cmd.append("--no-isolation")
+        cmd += [f"--config-setting={k}={v}" for k, vs in config.items() for v in vs]
+    return cmd + [str(source)]
+
+
+def run_logged(cmd: list[str], *, env: dict[str, str], cwd: Path, log: Path, label: str,
+               interval: float) -> int:
+    """Run `cmd` with output to `log`; show progress (elapsed time and the last log line).
+
+    The command runs in a session of its own and never outlives this call: on an exception,
+    Ctrl-C or SIGTERM its whole tree is terminated (SIGTERM, grace, SIGKILL, /proc check)
+    before the exception propagates, i.e. before the build root's lock is released."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tty = sys.stdout.isatty()
+    started = time.monotonic()
+    last_report = started
+
+    def progress() -> None:
+        nonlocal last_report
+        now = time.monotonic()
+        if tty or now - last_report >= interval:
+            last_report = now
+            status = f"  [{label}] {_clock(now - started)} {_last_line(log)}"[:110]
+            print(("\r" + status.ljust(110)) if tty else status, end="" if tty else "\n",
+                  flush=True)
+
+    with open(log, "ab") as out:
+        out.write(f"$ cd {cwd}\n$ {shlex.join(cmd)}\n".encode())
+        out.flush()
+        try:
+            rc, leftovers = run_in_session(cmd, grace=KILL_GRACE, on_poll=progress, cwd=cwd,
+                                           env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL)
+        finally:
+            if tty:
+                print("\r" + " " * 110 + "\r", end="", flush=True)
+    if leftovers.how != "already exited":
+        print(f"    [{label}] stopped processes left behind by the build ({leftovers.how})",
+              flush=True)
+    if leftovers.survivors:
+        raise SglforgeError(f"build of {label}: processes survived SIGKILL: "
+                            f"pids {leftovers.survivors}")
+    return rc
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60):d}m{int(seconds % 60):02d}s"
+
+
+def _last_line(log: Path) -> str:
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 4096))
+        lines = handle.read().decode(errors="replace").strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    text = log.read_bytes().decode(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _unpack_wheels(wheels: list[Path], site: Path) -> None:
+    """Make dependency wheels importable during a build (PYTHONPATH), without installing."""
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(site)
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+
+@dataclass
+class _Context:
+    project: Project
+    settings: Settings
+    options: BuildOptions
+    lock: Lockfile
+    toolchain: Toolchain
+    cuda: CudaToolkit | None
+    tool: ToolchainFingerprint
+    machine: Machine
+    report: BuildReport
+    cuobjdump: Path | None = None
+
+
+def _wheel_cache_dir(settings: Settings, key: str) -> Path:
+    return settings.cache_dir / "wheels" / key[:2] / key
+
+
+def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None:
+    entry_dir = _wheel_cache_dir(settings, key.value)
+    entry = entry_dir / "entry.json"
+    if not entry.is_file():
+        return None
+    meta = json.loads(entry.read_text())
+    wheel = entry_dir / meta["file"]
+    if not wheel.is_file() or sha256_file(wheel) != meta["sha256"]:
+        return None  # damaged entry: rebuild (and overwrite it)
+    return wheel, meta
+
+
+def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> None:
+    entry_dir = _wheel_cache_dir(settings, key.value)
+    atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
+    atomic_write_bytes(entry_dir / "entry.json",
+                       (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
+                epoch: int) -> dict:
+    pin = ctx.lock.get(recipe.upstream)
+    with_torch = recipe.requires_torch_abi or "torch" in recipe.build_requires
+    return {
+        "format": 1,
+        "generated_by": "sglforge build",
+        "wheel": recipe.name,
+        "upstream": recipe.upstream,
+        "url": pin.url,
+        "commit": pin.commit,
+        "subdir": recipe.subdir,
+        "sources": [{"name": p.name, "commit": p.commit, "sha256": p.sha256}
+                    for p in ctx.lock.closure(recipe.upstream)[1:]],
+        "patches": [{"name": e.name, "sha256": e.digest} for e in series.entries],
+        "series_sha256": series.digest,
+        "recipe_sha256": recipe.sha256,
+        "toolchain": ctx.tool.summary(with_torch),
+        "build_requires": {r: ctx.tool.build_requires.get(r) or ctx.tool.torch
+                           for r in sorted(recipe.build_requires)},
+        "cuda_archs": list(recipe.cuda_archs),
+        "requires_torch": ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        "source_date_epoch": epoch,
+        "build_root": str(ctx.settings.build_root),
+        "content_key": key.value,
+    }
+
+
+def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
+               deps: list[BuiltWheel], staging: Path) -> BuiltWheel:
+    started = time.monotonic()
+    settings, root = ctx.settings, ctx.settings.build_root
+    print(f"==> {recipe.name}: building (key {key.short})", flush=True)
+
+    t = time.monotonic()
+    wants = backport_wants([series])
+    report = fetch_sources(ctx.lock, [recipe.upstream], settings, offline=False, extra=wants)
+    for warning in report.warnings:
+        print(f"    warning: {warning}")
+    ctx.report.step(f"{recipe.name}: fetch", t)
+
+    t = time.monotonic()
+    prepared = prepare_source(ctx.lock, recipe, series, settings)
+    ctx.report.step(f"{recipe.name}: prepare", t)
+
+    work = root / "work" / recipe.name
+    remove_tree(work)
+    dist, build_dir, site = work / "dist", work / "build", work / "site"
+    for path in (dist, build_dir, root / "home", root / "tmp"):
+        path.mkdir(parents=True, exist_ok=True)
+    tools_bin = root / "tools" / "bin"
+    cuda_home = ctx.cuda.home if ctx.cuda else None
+    if ctx.cuda:
+        environment.write_nvcc_wrapper(tools_bin)
+    mem_per_job = recipe.mem_per_job if ctx.options.mem_per_job is None else ctx.options.mem_per_job
+    plan: JobPlan = plan_jobs(ctx.machine, mem_per_job, recipe.nvcc_threads, ctx.options.jobs)
+    print(f"    {plan.describe()}", flush=True)
+    local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag)
+    version = recipe.version(local)
+    values = {
+        "version": version or "", "local": local or "", "patchset8": series.patchset8,
+        "cuda": ctx.toolchain.cuda_tag, "jobs": str(plan.jobs),
+        "nvcc_threads": str(plan.nvcc_threads), "source": str(prepared.source_dir),
+        "build_dir": str(build_dir), "build_root": str(root),
+        "cmake_cuda_architectures": recipe.cmake_cuda_architectures,
+        "torch_cuda_arch_list": recipe.torch_cuda_arch_list,
+    }
+    env = environment.base_env(root, tools_bin, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
+                            prepared.source_date_epoch)
+    env.update(plan.env())
+    cache_env, cache_defines = environment.compiler_cache_env(ctx.options.compiler_cache,
+                                                           settings.cache_dir)
+    env.update(cache_env)
+    cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
+    for name, path in sorted(prepared.fetchcontent.items()):
+        cmake_args.append(f"-DFETCHCONTENT_SOURCE_DIR_{name.upper()}={path}")
+    # Disconnected: FetchContent never downloads; CMP0170 NEW makes an un-injected
+    # dependency a configure error instead of a warning (CMake >= 3.30).
+    cmake_args += ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW"]
+    if cuda_home:
+        cmake_args.append(f"-DCUDAToolkit_ROOT={cuda_home}")
+    cmake_args += cache_defines
+    env["CMAKE_ARGS"] = " ".join(shlex.quote(a) for a in cmake_args)
+    for name, value in sorted(recipe.env.items()):
+        env[name] = _render(value, values)
+    if deps:
+        _unpack_wheels([d.path for d in deps], site)
+        env["PYTHONPATH"] = str(site)
+    config = {k: tuple(_render(v, values) for v in vs)
+              for k, vs in sorted(recipe.config_settings.items())}
+    cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse)
+    isolation = environment.network_isolation()
+    log = root / "logs" / f"{recipe.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as handle:
+        handle.write(f"# sglforge build log: {recipe.name} (key {key.value})\n".encode())
+        handle.write(f"# network isolation: {shlex.join(isolation) or 'proxies only'}\n".encode())
+        handle.write("".join(f"# env {k}={env[k]}\n" for k in sorted(env)).encode())
+
+    t = time.monotonic()
+    rc = run_logged([*isolation, *cmd], env=env, cwd=prepared.source_dir, log=log,
+                    label=recipe.name, interval=ctx.options.progress_interval)
+    ctx.report.step(f"{recipe.name}: compile", t)
+    if rc != 0:
+        raise SglforgeError(
+            f"build of {recipe.name} failed (exit {rc})\n"
+            f"command: {shlex.join(cmd)}\n  in {prepared.source_dir}\n"
+            f"log: {log}\n--- last {LOG_TAIL_LINES} lines of the log ---\n{log_tail(log)}")
+    built = sorted(dist.glob("*.whl"))
+    if len(built) != 1:
+        raise SglforgeError(f"build of {recipe.name}: expected one wheel in {dist}, found "
+                            f"{[p.name for p in built] or 'none'} (log: {log})")
+
+    t = time.monotonic()
+    provenance = _provenance(ctx, recipe, series, key, prepared.source_date_epoch)
+    retag = recipe.version_label == "retag"
+    final, info = normalize.postprocess(
+        built[0], staging, expected_version=None if retag else version,
+        expected_local=local if version is None and not retag else None,
+        retag_local=local if retag else None,
+        torch_version=ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        provenance=provenance, epoch=prepared.source_date_epoch)
+    ctx.report.step(f"{recipe.name}: post-process", t)
+
+    if recipe.cuda_archs:
+        t = time.monotonic()
+        if ctx.cuobjdump is None:
+            ctx.cuobjdump = audit.find_cuobjdump(cuda_home)
+        if ctx.cuobjdump is None:
+            raise SglforgeError("arch audit needs cuobjdump (CUDA toolkit or PyPI "
+                                "'nvidia-cuda-cuobjdump'), none found")
+        elfs = audit.audit_wheel(final, recipe.cuda_archs, ctx.cuobjdump)
+        for elf in elfs:
+            print(f"    audit ok: {elf.member}: {', '.join(elf.archs)}")
+        ctx.report.step(f"{recipe.name}: audit", t)
+
+    digest = sha256_file(final)
+    provenance = normalize.read_provenance(final)
+    if ctx.options.use_wheel_cache:
+        _cache_store(settings, key, final, {"file": final.name, "sha256": digest,
+                                            "name": info.name, "version": info.version})
+    return BuiltWheel(recipe.name, final, digest, info.name, info.version, provenance,
+                      key.value, cached=False, seconds=time.monotonic() - started)
+
+
+def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
+    report = BuildReport()
+    t = time.monotonic()
+    lock = parse_lockfile(project.lockfile)
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    wanted = select(recipes, list(options.names))
+    order = build_order({n: recipes[n].depends for n in wanted})
+    series = {n: load_series(project, recipes[n].upstream) for n in order}
+    for name in order:
+        if recipes[name].isolation and options.wheelhouse is None:
+            raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse DIR "
+                                "with the build requirements (builds have no network)")
+    cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
+    tool = fingerprint(toolchain, cuda, sorted({r for n in order
+                                                for r in recipes[n].build_requires}),
+                       environment.search_path(cuda.home if cuda else None))
+    report.step("load", t)
+
+    machine = Machine.detect()
+    ctx = _Context(project, settings, options, lock, toolchain, cuda, tool, machine, report)
+    root = settings.build_root
+    root.mkdir(parents=True, exist_ok=True)
+    publish = options.out_dir is None
+    out_dir = options.out_dir or project.wheels_dir
+    with exclusive_lock(root / ".sglforge-build.lock", f"build root {root}"), \
+            exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
+                           f"output directory {out_dir}"):
+        staging = root / "out"
+        remove_tree(staging)
+        staging.mkdir(parents=True)
+        keys: dict[str, BuildKey] = {}
+        built: dict[str, BuiltWheel] = {}
+        print(f"build root {root}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        for name in order:
+            recipe = recipes[name]
+            key = compute_key(recipe, lock, series[name], tool, root,
+                              {d: keys[d].value for d in recipe.depends})
+            keys[name] = key
+            started = time.monotonic()
+            hit = _cache_lookup(settings, key) if options.use_wheel_cache else None
+            if hit is not None:
+                wheel, meta = hit
+                copy = staging / wheel.name
+                copy.write_bytes(wheel.read_bytes())
+                built[name] = BuiltWheel(name, copy, meta["sha256"], meta["name"],
+                                         meta["version"], normalize.read_provenance(copy),
+                                         key.value, cached=True,
+                                         seconds=time.monotonic() - started)
+                print(f"==> {name}: cached (key {key.short}) {wheel.name}", flush=True)
+                continue
+            deps = [built[d] for d in recipe.depends]
+            built[name] = _build_one(ctx, recipe, series[name], key, deps, staging)
+            print(f"    built {built[name].path.name} in {built[name].seconds:.1f}s", flush=True)
+        report.wheels = [built[n] for n in order]
+        t = time.monotonic()
+        with interrupts_deferred():  # a signal cannot cut publishing in half
+            if publish:
+                outputs.publish(project, report.wheels, toolchain)
+            else:
+                outputs.write_wheels(out_dir, report.wheels)
+        report.step("publish", t)
+    return report
+
+
+def summarize(report: BuildReport) -> str:
+    lines = ["", "summary:"]
+    width = max((len(w.recipe) for w in report.wheels), default=0)
+    for wheel in report.wheels:
+        state = "cached" if wheel.cached else f"built {wheel.seconds:6.1f}s"
+        lines.append(f"  {wheel.recipe:<{width}}  {state:<14} {wheel.path.name}  "
+                     f"sha256:{wheel.sha256[:16]}")
+    lines.append("steps:")
+    for name, seconds in report.steps:
+        lines.append(f"  {name:<40} {seconds:7.2f}s")
+    return "\n".join(lines)

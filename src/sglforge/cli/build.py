@@ -1,0 +1,121 @@
+"""Verbs `build`, `verify` and `build-requirements`."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+MAX_JOBS = 4096
+MAX_MEM_PER_JOB = 1 << 50  # 1 PiB
+
+
+def jobs_arg(text: str) -> int:
+    """--jobs: a whole number of compile slots, 1..MAX_JOBS (argparse names flag and value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected a whole number from 1 to {MAX_JOBS}")
+    return value
+
+
+def mem_per_job_arg(text: str) -> int:
+    """--mem-per-job: a positive size such as 6GiB or 512MiB, in bytes."""
+    from sglforge.inputs.recipes import parse_memory
+
+    value = parse_memory(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected a size like 6GiB or 512MiB")
+    if not 0 < value <= MAX_MEM_PER_JOB:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: must be more than 0 and at most 1 PiB")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="recipes (default: all); dependencies come along")
+    p.add_argument("--jobs", type=jobs_arg, metavar="N",
+                   help="compile slots (default: min(cores, MemAvailable / mem-per-job))")
+    p.add_argument("--mem-per-job", type=mem_per_job_arg, metavar="SIZE",
+                   help="memory per compile job, e.g. 6GiB (default: the recipe's)")
+    p.add_argument("--wheelhouse", type=Path, metavar="DIR",
+                   help="local wheels for recipes built with isolation = true")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("build", help="build wheels from recipes into wheels/")
+    _common(p)
+    p.add_argument("--compiler-cache", choices=["ccache", "sccache"],
+                   help="wrap nvcc and the host compilers with a compiler cache")
+    p.add_argument("--no-wheel-cache", action="store_true",
+                   help="rebuild even when a wheel with the same content key is cached")
+    p.set_defaults(func=run_build_verb)
+
+    p = subparsers.add_parser("verify", help="rebuild from scratch and compare sha256 per wheel")
+    _common(p)
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="where the rebuilt wheels go (default: a temporary directory)")
+    p.set_defaults(func=run_verify_verb)
+
+    p = subparsers.add_parser("build-requirements",
+                              help="print the pinned build requirements (pip -r format)")
+    p.add_argument("names", nargs="*", help="recipes (default: all)")
+    p.set_defaults(func=run_requirements)
+
+
+def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
+    from sglforge.build.pipeline import BuildOptions
+
+    # --jobs and --mem-per-job are validated by argparse (jobs_arg, mem_per_job_arg).
+    return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=args.mem_per_job,
+                        wheelhouse=args.wheelhouse, **extra)
+
+
+def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.build.pipeline import run_build, summarize
+
+    options = _options(args, compiler_cache=args.compiler_cache,
+                       use_wheel_cache=not args.no_wheel_cache)
+    project = ctx.project
+    report = run_build(project, ctx.settings, options)
+    print(summarize(report))
+    print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
+    return 0
+
+
+def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.build.verify import render, run_verify
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
+    results = run_verify(ctx.project, ctx.settings, _options(args), out)
+    print(render(results))
+    bad = [r for r in results if not r.ok]
+    if bad:
+        print(f"verify: {len(bad)} of {len(results)} wheel(s) are not reproducible "
+              f"(rebuilt wheels in {out})")
+        return 1
+    print(f"verify: all {len(results)} wheel(s) rebuilt bit-identical")
+    return 0
+
+
+def run_requirements(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.inputs.pins import parse_lockfile
+    from sglforge.inputs.recipes import load_recipes, select
+    from sglforge.inputs.toolchain import load_toolchain
+
+    project = ctx.project
+    lock = parse_lockfile(project.lockfile)
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    names = select(recipes, args.names)
+    requires = sorted({r for n in names for r in recipes[n].build_requires})
+    print(f"# build requirements of {', '.join(names)} (from {project.toolchain.name})")
+    if toolchain.torch_index and any(r.lower() == "torch" for r in requires):
+        print(f"--extra-index-url {toolchain.torch_index}")
+    for line in toolchain.requirements(requires) if requires else []:
+        print(line)
+    return 0

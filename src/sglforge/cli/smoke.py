@@ -1,0 +1,106 @@
+"""Verbs `smoke` and `doctor`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_PROFILE = "dsv4-flash-pd"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help=f"profile name in profiles/ or a path to a .toml (default {DEFAULT_PROFILE})")
+    p.add_argument("--model", default=None, help="model path (overrides the profile's model)")
+    p.add_argument("--wheels-dir", type=Path, default=None, help="default: <project>/wheels")
+    p.add_argument("--lock", type=Path, default=None,
+                   help="hash-pinned requirements (default: <project>/lockfiles/wheels.lock)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "smoke", help="install the wheels into a fresh venv, launch the PD pair, run checks")
+    _common(p)
+    p.add_argument("--out", type=Path, default=None,
+                   help="run directory for venv, logs and report "
+                        "(default: <project>/build/smoke/<profile>)")
+    p.add_argument("--venv", type=Path, default=None,
+                   help="use this existing venv instead of installing a fresh one")
+    p.add_argument("--wheelhouse", type=Path, default=None,
+                   help="directory of third-party wheels pinned in the lock (find-links)")
+    p.add_argument("--index-url", default=None, help="index for third-party pins in the lock")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the exact commands and environment; start nothing")
+    p.set_defaults(func=run_smoke_verb)
+
+    p = subparsers.add_parser(
+        "doctor", help="check this host against a smoke profile and the built wheels")
+    _common(p)
+    p.add_argument("--venv", type=Path, default=None,
+                   help="venv whose torch is checked (default: the smoke run's venv if present)")
+    p.set_defaults(func=run_doctor_verb)
+
+
+def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
+    from dataclasses import replace
+
+    from sglforge.smoke.profile import InstallSpec, load_profile, resolve_profile_path
+    from sglforge.smoke.run import SmokeOptions
+
+    project = ctx.project
+    profile = load_profile(resolve_profile_path(project.profiles_dir, args.profile),
+                           project.root).with_model(args.model)
+    wheelhouse = getattr(args, "wheelhouse", None)
+    index_url = getattr(args, "index_url", None)
+    if wheelhouse or index_url:
+        profile = replace(profile, install=InstallSpec(
+            wheelhouse=wheelhouse.resolve() if wheelhouse else profile.install.wheelhouse,
+            index_url=index_url or profile.install.index_url))
+    out = getattr(args, "out", None)
+    run_dir = (out or project.root / "build" / "smoke" / profile.name).resolve()
+    venv = args.venv.resolve() if args.venv else None
+    if venv is not None and not (venv / "bin" / "python").exists():
+        from sglforge.base.errors import SglforgeError
+
+        raise SglforgeError(f"--venv {venv}: no bin/python there",
+                            hint="run the smoke once without --venv to create it")
+    return SmokeOptions(
+        profile=profile, project_root=project.root, run_dir=run_dir,
+        wheels_dir=(args.wheels_dir or project.wheels_dir).resolve(),
+        lock=(args.lock or project.wheels_lock).resolve(), reuse_venv=venv)
+
+
+def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.smoke.run import dry_run_text, run_smoke
+
+    opts = _options(args, ctx)
+    if args.dry_run:
+        print(dry_run_text(opts), end="")
+        return 0
+    return run_smoke(opts)
+
+
+def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.base.errors import SglforgeError
+    from sglforge.smoke import doctor
+    from sglforge.smoke.install import venv_python
+    from sglforge.smoke.wheelset import load_wheelset
+
+    opts = _options(args, ctx)
+    try:
+        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+    except SglforgeError as exc:
+        print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
+              file=sys.stderr)
+        wheelset = None
+    venv = opts.reuse_venv or opts.run_dir / "venv"
+    facts = doctor.gather_host_facts(opts.profile, venv_python(venv))
+    findings = doctor.diagnose(opts.profile, wheelset, facts)
+    for finding in findings:
+        print(finding.render())
+    errors = doctor.blocking(findings)
+    warnings = sum(f.level == doctor.WARNING for f in findings)
+    print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
+          f"{opts.profile.name}")
+    return 1 if errors else 0

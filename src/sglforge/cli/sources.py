@@ -1,0 +1,66 @@
+"""Verbs `fetch` and `plan`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sglforge.build import plan
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.sources import cache as sources
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("fetch", help="fetch pinned sources into the cache and export them")
+    p.add_argument("names", nargs="*", help="upstreams (default: all)")
+    p.add_argument("--offline", action="store_true", help="use only the cache; list what is missing")
+    p.add_argument("--bundle", type=Path, metavar="FILE",
+                   help="after fetching, write the cache for the pinned set to FILE")
+    p.add_argument("--from-bundle", type=Path, metavar="FILE",
+                   help="import FILE into the cache first (then fetch offline)")
+    p.add_argument("--no-export", action="store_true",
+                   help="only fill the cache; do not export work trees")
+    p.set_defaults(func=run_fetch)
+
+    p = subparsers.add_parser("plan", help="print pins, patch series and build steps (offline)")
+    p.set_defaults(func=run_plan)
+
+
+def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.patching.series import backport_wants, load_all_series
+
+    project, settings = ctx.project, ctx.settings
+    lock = parse_lockfile(project.lockfile)
+    names = args.names or [p.name for p in lock.upstreams()]
+    for name in names:
+        lock.get(name)
+    wants = backport_wants(load_all_series(project, lock, names))
+    offline = args.offline
+    if args.from_bundle:
+        for line in sources.import_bundle(args.from_bundle, settings):
+            print(f"imported  {line}")
+        offline = True
+    report = sources.fetch_sources(lock, names, settings, offline=offline, extra=wants)
+    for line in report.fetched:
+        print(f"fetched   {line}")
+    for line in report.cached:
+        print(f"cached    {line}")
+    for line in report.warnings:
+        print(f"warning:  {line}")
+    if args.bundle:
+        for line in sources.write_bundle(lock, names, settings, args.bundle, extra=wants):
+            print(f"bundled   {line}")
+        print(f"wrote bundle {args.bundle}")
+    if not args.no_export:
+        export_names = [p.name for n in names for p in lock.closure(n)
+                        if p.parent is None or p.fetchcontent]
+        for name in export_names:
+            tree = sources.export_source(lock, name, settings.build_root / "src" / name, settings)
+            extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
+            print(f"exported  {name} -> {tree.path}{extra}")
+    return 0
+
+
+def run_plan(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    print(plan.render_plan(ctx.project, ctx.settings))
+    return 0

@@ -1,0 +1,231 @@
+"""The pin lockfile `lockfiles/upstreams.toml`: every source a build uses, at an exact commit.
+
+Three kinds of entry, one shape (`[[source]]`):
+- an upstream repository: `name`, `url`, `commit` (40 hex), optional `tree`, `ref`, `date`;
+- a git submodule placed inside its parent's tree: `parent` + `path` + `commit`;
+- a downloaded dependency (CMake FetchContent tarball): `url` + `sha256`, usually with
+  `parent` + `fetchcontent` (the FetchContent name the build injects).
+Branch and tag names (`ref`) are informational only: nothing resolves them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from sglforge.base.errors import SglforgeError
+from sglforge.base.git import check_url
+from sglforge.base.tomlfile import Problems, TableReader, array_table_lines, key_line, load_toml
+
+FULL_SHA = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pinned source."""
+
+    name: str
+    url: str
+    commit: str | None = None  # git sources
+    sha256: str | None = None  # tarball sources
+    tree: str | None = None  # optional: expected tree id of `commit`
+    ref: str | None = None  # informational
+    date: dt.date | None = None  # informational (commit date)
+    parent: str | None = None
+    path: str | None = None  # submodule path inside the parent's tree
+    fetchcontent: str | None = None  # CMake FetchContent name injected into the parent's build
+    line: int | None = None  # where the entry starts in the lockfile
+
+    @property
+    def is_git(self) -> bool:
+        return self.commit is not None
+
+    @property
+    def is_submodule(self) -> bool:
+        return self.path is not None
+
+    @property
+    def short(self) -> str:
+        return (self.commit or f"sha256:{self.sha256}")[:12]
+
+
+@dataclass(frozen=True)
+class Lockfile:
+    path: Path
+    pins: tuple[Pin, ...]
+
+    def get(self, name: str) -> Pin:
+        for pin in self.pins:
+            if pin.name == name:
+                return pin
+        known = ", ".join(p.name for p in self.upstreams())
+        raise SglforgeError(f"{self.path}: no source named '{name}' (upstreams: {known})")
+
+    def upstreams(self) -> list[Pin]:
+        """Top-level sources: those without a parent."""
+        return [p for p in self.pins if p.parent is None]
+
+    def submodules(self, parent: str) -> list[Pin]:
+        return [p for p in self.pins if p.parent == parent and p.is_submodule]
+
+    def fetchcontent(self, parent: str) -> list[Pin]:
+        return [p for p in self.pins if p.parent == parent and p.fetchcontent]
+
+    def closure(self, name: str) -> list[Pin]:
+        """`name` and everything placed in or injected into it, recursively, parents first."""
+        result = [self.get(name)]
+        for pin in result:
+            result.extend(p for p in self.pins if p.parent == pin.name)
+        return result
+
+
+def _check_commit(reader: TableReader, key: str) -> str | None:
+    value = reader.str(key)
+    if value is None:
+        return None
+    if FULL_SHA.fullmatch(value):
+        return value
+    if re.fullmatch(r"[0-9a-fA-F]{4,39}", value):
+        reader.error(key, f"{value!r} is a short SHA ({len(value)} hex digits); "
+                          "pins need the full 40-hex commit id")
+    elif re.fullmatch(r"[0-9A-F]{40}", value, re.IGNORECASE):
+        reader.error(key, f"{value!r} must be lowercase hex")
+    else:
+        reader.error(key, f"{value!r} looks like a branch or tag name; pins need the full "
+                          "40-hex commit id (put names in 'ref', which is informational)")
+    return None
+
+
+def _safe_relative_path(reader: TableReader, key: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    posix = PurePosixPath(value)
+    if posix.is_absolute() or ".." in posix.parts or value in ("", "."):
+        reader.error(key, f"{value!r} must be a relative path inside the parent's tree")
+        return None
+    return str(posix)
+
+
+def parse_lockfile(path: Path) -> Lockfile:
+    data, text = load_toml(path)
+    problems = Problems(path)
+    header_lines = array_table_lines(text, "source")
+    for key in data:
+        if key != "source":
+            problems.add(f"top-level key '{key}': unknown key (entries are [[source]] tables)")
+    entries = data.get("source", [])
+    if not isinstance(entries, list):
+        problems.add("'source' must be an array of tables ([[source]])")
+        entries = []
+    pins: list[Pin] = []
+    first_line: dict[str, int | None] = {}
+    for index, entry in enumerate(entries):
+        start = header_lines[index] if index < len(header_lines) else None
+        if not isinstance(entry, dict):
+            problems.add(f"source #{index + 1}: expected a table ([[source]]), got {entry!r:.60}")
+            continue
+        label = entry.get("name") if isinstance(entry, dict) else None
+        where = f"source #{index + 1}" + (f" '{label}'" if isinstance(label, str) else "")
+        reader = TableReader(
+            entry, problems, where,
+            locate=(lambda key, s=start: key_line(text, s, key) if s else None),
+        )
+        name = reader.str("name", required=True, pattern=NAME.pattern,
+                          describe="a lowercase name of letters, digits, '.', '_' or '-'")
+        url = reader.str("url", required=True)
+        commit = _check_commit(reader, "commit")
+        tree = _check_commit(reader, "tree")
+        sha256 = reader.str("sha256", pattern=SHA256.pattern, describe="64 lowercase hex digits")
+        ref = reader.str("ref")
+        date = reader.date("date")
+        parent = reader.str("parent")
+        sub_path = _safe_relative_path(reader, "path", reader.str("path"))
+        fetchcontent = reader.str("fetchcontent", pattern=r"[A-Za-z0-9_.+-]+",
+                                  describe="a CMake FetchContent name")
+        reader.finish()
+        if url is not None and (url_problem := check_url(url)) is not None:
+            reader.error("url", f"{url!r} {url_problem}" if url.strip() else url_problem)
+        if "commit" in entry and "sha256" in entry:
+            reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
+        elif "commit" not in entry and "sha256" not in entry:
+            reader.error(None, "missing 'commit' (a 40-hex git commit) or 'sha256' (a tarball)")
+        if "tree" in entry and "commit" not in entry:
+            reader.error("tree", "only git sources (with 'commit') have a tree")
+        if "path" in entry and ("parent" not in entry or "commit" not in entry):
+            reader.error("path", "a submodule needs 'parent' and a git 'commit'")
+        if "fetchcontent" in entry and "parent" not in entry:
+            reader.error("fetchcontent", "a FetchContent source needs 'parent'")
+        if "path" in entry and "fetchcontent" in entry:
+            reader.error(None, "give either 'path' (submodule) or 'fetchcontent', not both")
+        if name is None or url is None:
+            continue
+        if name in first_line:
+            at = f" (first at line {first_line[name]})" if first_line[name] else ""
+            reader.error("name", f"duplicate name '{name}'{at}")
+            continue
+        first_line[name] = start
+        pins.append(Pin(name=name, url=url, commit=commit, sha256=sha256, tree=tree, ref=ref,
+                        date=date, parent=parent, path=sub_path, fetchcontent=fetchcontent,
+                        line=start))
+    names = {p.name for p in pins}
+    for pin in pins:
+        where = f"source '{pin.name}'" + (f" (line {pin.line})" if pin.line else "")
+        if pin.parent is not None and pin.parent not in names:
+            problems.add(f"{where}, key 'parent': no source named '{pin.parent}'")
+        seen = {pin.name}
+        cursor = pin
+        while cursor.parent in names:
+            cursor = next(p for p in pins if p.name == cursor.parent)
+            if cursor.name in seen:
+                problems.add(f"{where}, key 'parent': parent chain loops through '{cursor.name}'")
+                break
+            seen.add(cursor.name)
+    placed: dict[tuple[str | None, str], str] = {}
+    for pin in pins:
+        slot = pin.path or pin.fetchcontent
+        if slot is None:
+            continue
+        if (pin.parent, slot) in placed:
+            problems.add(f"source '{pin.name}': '{slot}' in '{pin.parent}' is already taken by "
+                         f"'{placed[(pin.parent, slot)]}'")
+        placed[(pin.parent, slot)] = pin.name
+    if not entries and not problems.items:
+        problems.add("no [[source]] entries: nothing to build (pin at least one upstream)")
+    problems.raise_if_any()
+    return Lockfile(path=path, pins=tuple(pins))
+
+
+def rewrite_pin(path: Path, name: str, updates: dict[str, str]) -> None:
+    """Change string values of one entry in place, keeping every comment and the layout.
+
+    Used by `patches refresh --onto` to move a pin. Keys missing from the entry are added
+    after its `commit` line. The file is replaced atomically.
+    """
+    from sglforge.base.fs import atomic_write_text
+
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    headers = array_table_lines(text, "source")
+    lock = parse_lockfile(path)
+    index = [p.name for p in lock.pins].index(lock.get(name).name)
+    start = headers[index]
+    end = headers[index + 1] - 1 if index + 1 < len(headers) else len(lines)
+    commit_line = key_line(text, start, "commit")
+    for key, value in updates.items():
+        number = key_line(text, start, key)
+        is_date = key == "date" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)
+        rendered = f"{key} = {value}" if is_date else f'{key} = "{value}"'
+        if number is not None and number <= end:
+            old = lines[number - 1]
+            comment = re.search(r'"\s*(#.*)$', old.rstrip("\n"))
+            lines[number - 1] = rendered + (f"  {comment.group(1)}" if comment else "") + "\n"
+        else:
+            at = commit_line if commit_line is not None else start
+            lines.insert(at, rendered + "\n")
+            end += 1
+    atomic_write_text(path, "".join(lines))
+    parse_lockfile(path)

@@ -1,0 +1,285 @@
+"""Recipes: `recipes/<wheel>.toml`, how one wheel is built from one upstream.
+
+    upstream = "sglang"                      # a top-level source in lockfiles/upstreams.toml
+    subdir = "python/sglang/kernels/aot"     # where the PEP 517 project is (default ".")
+    frontend = "pip"                         # "pip" (pip wheel) or "build" (python -m build)
+    isolation = false                        # PEP 517 build isolation (needs --wheelhouse)
+    build-requires = ["scikit-build-core", "torch"]   # names; versions from toolchain.toml
+    depends = []                             # recipes whose wheels must be importable
+    base-version = "0.4.10"                  # upstream version; {version} = base+local
+    local-version = "sm120.cu{cuda}.{patchset8}"
+    requires-torch-abi = true                # wheel gets Requires-Dist: torch==<toolchain>
+    cuda-archs = ["sm_120a"]                 # SASS every device-code ELF must hold (audit)
+    mem-per-job = "6GiB"                     # memory one compile job needs (scheduler)
+    nvcc-threads = 1
+    [env]                                    # environment of the build, placeholders allowed
+    SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG = "{version}"
+    [cmake-defines]                          # -D options, passed through CMAKE_ARGS
+    SGL_KERNEL_ENABLE_SM100A = "OFF"
+    [config-settings]                        # PEP 517 config settings (-C key=value)
+    "build-dir" = "{build_dir}"              # a list value repeats the setting
+
+`version-label = "retag"` is for upstreams without a version variable: sglforge appends
+`+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
+
+Placeholders: {version} {local} {patchset8} {cuda} {jobs} {nvcc_threads} {source} {build_dir}
+{build_root} {cmake_cuda_architectures} ("120a;90a") {torch_cuda_arch_list} ("12.0a 9.0a").
+FetchContent sources pinned for the upstream are always injected
+(`-DFETCHCONTENT_SOURCE_DIR_<NAME>=…`, `-DFETCHCONTENT_FULLY_DISCONNECTED=ON`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.requirements import canonical_name
+from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
+from sglforge.inputs.pins import Lockfile
+from sglforge.inputs.toolchain import Toolchain
+
+PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
+                "build_dir", "build_root", "cmake_cuda_architectures", "torch_cuda_arch_list")
+LOCAL_PLACEHOLDERS = ("patchset8", "cuda")
+RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+SASS_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PEP440_BASE = re.compile(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
+MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(GiB|MiB|G|M)")
+FRONTENDS = ("pip", "build")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str  # file stem: the wheel's distribution name
+    path: Path
+    sha256: str  # of the recipe file's bytes
+    upstream: str
+    subdir: str
+    frontend: str
+    isolation: bool
+    build_requires: tuple[str, ...]
+    depends: tuple[str, ...]
+    base_version: str | None
+    local_version: str | None  # template
+    version_label: str  # "env": the upstream applies it; "retag": sglforge rewrites the wheel
+    requires_torch_abi: bool
+    cuda_archs: tuple[str, ...]
+    mem_per_job: int  # bytes
+    nvcc_threads: int
+    env: dict[str, str]
+    cmake_defines: dict[str, str]
+    config_settings: dict[str, tuple[str, ...]]  # a list value repeats the setting
+
+    def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
+        if self.local_version is None:
+            return None
+        return self.local_version.format(patchset8=patchset8, cuda=cuda_tag)
+
+    def version(self, local: str | None) -> str | None:
+        if self.base_version is None:
+            return None
+        return self.base_version + (f"+{local}" if local else "")
+
+    @property
+    def cmake_cuda_architectures(self) -> str:
+        return ";".join(a.removeprefix("sm_") for a in self.cuda_archs)
+
+    @property
+    def torch_cuda_arch_list(self) -> str:
+        out = []
+        for arch in self.cuda_archs:
+            digits, suffix = re.fullmatch(r"sm_([0-9]+)([af]?)", arch).groups()
+            out.append(f"{digits[:-1]}.{digits[-1]}{suffix}")
+        return " ".join(out)
+
+
+def parse_memory(text: str) -> int | None:
+    match = MEMORY.fullmatch(text.strip())
+    if not match:
+        return None
+    scale = 1 << 30 if match.group(2).startswith("G") else 1 << 20
+    number = float(match.group(1)) * scale
+    return int(number) if math.isfinite(number) else None  # 400 nines: inf, not a size
+
+
+def _placeholders(template: str) -> list[str] | None:
+    """Field names used in `template`; None if it is not a valid format string.
+
+    Conversions and format specs (`{cuda!x}`, `{version:>999999999}`) are refused: they fail
+    or blow up when the template is filled in."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    if any(f is not None and (conversion or spec) for _, f, spec, conversion in parsed):
+        return None
+    return [f for _, f, _, _ in parsed if f is not None]
+
+
+def _check_template(reader: TableReader, key: str, template: str, allowed: tuple[str, ...],
+                    has_version: bool) -> None:
+    fields = _placeholders(template)
+    if fields is None:
+        reader.error(key, f"{template!r} is not a valid template (unbalanced braces, "
+                          "or a !conversion or :format spec)")
+        return
+    for name in fields:
+        if name not in allowed:
+            reader.error(key, f"unknown placeholder {{{name}}} in {template!r} "
+                              f"(known: {', '.join('{' + a + '}' for a in allowed)})")
+        elif name == "version" and not has_version:
+            reader.error(key, "{version} needs 'base-version' in the recipe")
+
+
+def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
+    data, text = load_toml(path)
+    problems = Problems(path)
+    reader = TableReader(data, problems, "recipe", locate=lambda key: key_line(text, 1, key))
+    name = path.stem
+    if not RECIPE_NAME.fullmatch(name):
+        problems.add(f"file name {path.name!r}: a recipe is named after its wheel "
+                     "(lowercase letters, digits, '.', '_', '-')")
+    upstream = reader.str("upstream", required=True)
+    subdir = reader.str("subdir") or "."
+    frontend = reader.str("frontend") or "pip"
+    isolation = reader.bool("isolation", default=False)
+    build_requires = reader.str_list("build-requires") or []
+    depends = reader.str_list("depends") or []
+    base_version = reader.str("base-version", pattern=PEP440_BASE.pattern,
+                              describe="a PEP 440 public version like 0.4.10")
+    local_version = reader.str("local-version")
+    version_label = reader.str("version-label") or "env"
+    requires_torch_abi = reader.bool("requires-torch-abi", default=False)
+    cuda_archs = reader.str_list("cuda-archs") or []
+    mem_text = reader.str("mem-per-job") or "2GiB"
+    nvcc_threads = reader.int("nvcc-threads", minimum=1) or 1
+    env = reader.str_table("env")
+    cmake_defines = reader.str_table("cmake-defines")
+    config_settings = _config_settings(reader)
+    reader.finish()
+
+    if upstream is not None:
+        names = [p.name for p in lock.upstreams()]
+        if upstream not in names:
+            reader.error("upstream", f"no upstream named '{upstream}' in {lock.path.name} "
+                                     f"(upstreams: {', '.join(names)})")
+    posix = PurePosixPath(subdir)
+    if posix.is_absolute() or ".." in posix.parts:
+        reader.error("subdir", f"{subdir!r} must be a relative path inside the upstream's tree")
+    if frontend not in FRONTENDS:
+        reader.error("frontend", f"{frontend!r} is not one of {', '.join(FRONTENDS)}")
+    for req in build_requires:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", req):
+            reader.error("build-requires", f"{req!r}: give a bare name; the exact version "
+                                           f"comes from {toolchain.path.name}")
+        elif toolchain.pinned_version(req) is None:
+            reader.error("build-requires", f"{req!r} is not pinned in {toolchain.path.name}")
+    if requires_torch_abi and toolchain.torch is None:
+        reader.error("requires-torch-abi", f"{toolchain.path.name} pins no torch")
+    if requires_torch_abi and "torch" not in {canonical_name(r) for r in build_requires}:
+        reader.error("requires-torch-abi", "an ABI-bound wheel must list torch in build-requires")
+    for dep in depends:
+        if not RECIPE_NAME.fullmatch(dep) or dep == name:
+            reader.error("depends", f"{dep!r} is not another recipe's name")
+    for arch in cuda_archs:
+        if not SASS_ARCH.fullmatch(arch):
+            reader.error("cuda-archs", f"{arch!r} is not a SASS target like 'sm_120a'")
+    mem_per_job = parse_memory(mem_text)
+    if mem_per_job is None or mem_per_job <= 0:
+        reader.error("mem-per-job", f"{mem_text!r} is not a size like \"4GiB\" or \"512MiB\"")
+        mem_per_job = 1 << 30
+    if version_label not in ("env", "retag"):
+        reader.error("version-label", f"{version_label!r} is not 'env' (the upstream's version "
+                                      "variable) or 'retag' (sglforge rewrites the wheel)")
+    elif version_label == "retag" and (local_version is None or base_version is not None):
+        reader.error("version-label", "'retag' appends local-version to the version the "
+                                      "upstream builds: needs local-version, no base-version")
+    has_version = base_version is not None
+    if local_version is not None:
+        _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
+        fields = _placeholders(local_version)
+        usable = fields is not None and set(fields) <= set(LOCAL_PLACEHOLDERS)
+        probe = local_version.format(patchset8="0" * 8, cuda="130") if usable else None
+        if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
+            reader.error("local-version", f"{local_version!r} does not give a PEP 440 local "
+                                          "label (lowercase alphanumerics separated by '.')")
+    for table, values in (("env", env), ("cmake-defines", cmake_defines),
+                          ("config-settings", config_settings)):
+        for key, value in values.items():
+            if table != "config-settings" and not ENV_NAME.fullmatch(key) and not (
+                    table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key)):
+                reader.error(table, f"{key!r} is not a valid name")
+            for item in (value if isinstance(value, tuple) else (value,)):
+                _check_template(reader, table, item, PLACEHOLDERS, has_version)
+    problems.raise_if_any()
+    return Recipe(
+        name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        upstream=upstream, subdir=str(posix), frontend=frontend, isolation=isolation,
+        build_requires=tuple(build_requires), depends=tuple(depends),
+        base_version=base_version, local_version=local_version, version_label=version_label,
+        requires_torch_abi=requires_torch_abi, cuda_archs=tuple(cuda_archs),
+        mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
+        cmake_defines=cmake_defines, config_settings=config_settings)
+
+
+def _config_settings(reader: TableReader) -> dict[str, tuple[str, ...]]:
+    table = reader.table("config-settings") or {}
+    out: dict[str, tuple[str, ...]] = {}
+    for key, value in table.items():
+        if isinstance(value, str):
+            out[key] = (value,)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = tuple(value)
+        else:
+            reader.error("config-settings", f"{key!r}: expected a string or a list of strings, "
+                                            f"got {value!r}")
+    return out
+
+
+def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dict[str, Recipe]:
+    """Every `recipes/*.toml`, validated; problems in several files are reported together."""
+    if not recipes_dir.is_dir():
+        raise SglforgeError(f"{recipes_dir}: no recipes directory")
+    recipes: dict[str, Recipe] = {}
+    errors: list[str] = []
+    for path in sorted(recipes_dir.glob("*.toml")):
+        try:
+            recipe = parse_recipe(path, lock, toolchain)
+        except SglforgeError as exc:
+            errors.append(str(exc))
+            continue
+        recipes[recipe.name] = recipe
+    for recipe in recipes.values():
+        for dep in recipe.depends:
+            if dep not in recipes and not any(dep in e for e in errors):
+                errors.append(f"{recipe.path}: recipe, key 'depends': no recipe named '{dep}' "
+                              f"(recipes: {', '.join(sorted(recipes))})")
+    if errors:
+        raise SglforgeError("\n".join(errors))
+    if not recipes:
+        raise SglforgeError(f"{recipes_dir}: no recipes (*.toml)")
+    return recipes
+
+
+def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
+    """`names` plus everything they depend on (all recipes when `names` is empty)."""
+    for name in names:
+        if name not in recipes:
+            raise SglforgeError(f"no recipe named '{name}' (recipes: {', '.join(sorted(recipes))})")
+    wanted: list[str] = []
+    stack = list(names or sorted(recipes))
+    while stack:
+        name = stack.pop()
+        if name not in wanted:
+            wanted.append(name)
+            stack.extend(recipes[name].depends)
+    return sorted(wanted)
+
+
+__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "select"]

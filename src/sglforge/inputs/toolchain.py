@@ -1,0 +1,228 @@
+"""`lockfiles/toolchain.toml`: the compilers and build dependencies every wheel is built with.
+
+    cuda = "13.0"        # nvcc release (major.minor) a build must find
+    python = "3.12"      # interpreter (major.minor) wheels are built with
+    torch = "2.13.0"     # the libtorch ABI kernel wheels are built against (and then require)
+    torch-index = "https://download.pytorch.org/whl/cu130"   # optional, for installing it
+    [build-requires]     # exact versions of the build dependencies recipes name
+    setuptools = "80.9.0"
+
+Builds run without build isolation in an interpreter that already has these installed
+(`nox -s build` installs them; `sglforge build-requirements` prints the list). Before a build
+the installed versions are checked against the pins, and what was found (plus `nvcc
+--version`, the host compiler, cmake) forms the `ToolchainFingerprint` that goes into every
+wheel's content key and provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglforge.base.errors import SglforgeError
+from sglforge.base.requirements import canonical_name
+from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
+
+VERSION = re.compile(r"[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)")
+MAJOR_MINOR = re.compile(r"[0-9]+\.[0-9]+")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    path: Path
+    cuda: str  # "13.0"
+    python: str  # "3.12"
+    torch: str | None  # "2.13.0"
+    torch_index: str | None
+    build_requires: dict[str, str]  # normalized name -> exact version
+
+    @property
+    def cuda_tag(self) -> str:
+        """`130` for CUDA 13.0 (for local version labels like `cu130`)."""
+        return self.cuda.replace(".", "")
+
+    def pinned_version(self, name: str) -> str | None:
+        key = canonical_name(name)
+        if key == "torch":
+            return self.torch
+        return self.build_requires.get(key)
+
+    def requirements(self, names: list[str]) -> list[str]:
+        """`name==version` lines for `names` (all pins when empty)."""
+        wanted = [canonical_name(n) for n in names] or sorted(
+            set(self.build_requires) | ({"torch"} if self.torch else set()))
+        return [f"{n}=={self.pinned_version(n)}" for n in sorted(set(wanted))
+                if self.pinned_version(n)]
+
+
+
+
+def load_toolchain(path: Path) -> Toolchain:
+    data, text = load_toml(path)
+    problems = Problems(path)
+    reader = TableReader(data, problems, "toolchain", locate=lambda key: key_line(text, 1, key))
+    cuda = reader.str("cuda", required=True, pattern=MAJOR_MINOR.pattern,
+                      describe="a CUDA release like \"13.0\"")
+    python = reader.str("python", required=True, pattern=MAJOR_MINOR.pattern,
+                        describe="a Python version like \"3.12\"")
+    torch = reader.str("torch", pattern=VERSION.pattern, describe="an exact version like 2.13.0")
+    torch_index = reader.str("torch-index")
+    raw = reader.table("build-requires") or {}
+    reader.finish()
+    build_requires: dict[str, str] = {}
+    header = next((i for i, line in enumerate(text.splitlines(), 1)
+                   if re.match(r"\s*\[\s*build-requires\s*\]", line)), None)
+    for name, version in raw.items():
+        sub = TableReader({name: version}, problems, "toolchain [build-requires]",
+                          locate=lambda key: key_line(text, header, key) if header else None)
+        value = sub.str(name, pattern=VERSION.pattern,
+                        describe="an exact version (like \"80.9.0\"; no ranges)")
+        if canonical_name(name) == "torch":
+            sub.error(name, "torch is pinned by the top-level 'torch' key")
+        elif value:
+            build_requires[canonical_name(name)] = value
+    problems.raise_if_any()
+    assert cuda is not None and python is not None
+    return Toolchain(path, cuda, python, torch, torch_index, build_requires)
+
+
+# ---------------------------------------------------------------------------------------------
+# what is actually installed
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    home: Path
+    nvcc: Path
+    release: str  # "13.0"
+    version_text: str  # full `nvcc --version` output
+
+
+def find_cuda(toolchain: Toolchain, required: bool = True) -> CudaToolkit | None:
+    """The CUDA toolkit from $CUDA_HOME, /usr/local/cuda or nvcc on PATH; checked vs the pin.
+
+    A toolkit that is found must be the pinned release. None is returned only when no nvcc
+    exists and no selected recipe declares device code (`cuda-archs`): a pure-Python set can
+    build on a host without CUDA (the key then says cuda "none").
+    """
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path))
+    nvcc = next((c for c in candidates if c.is_file()), None)
+    if nvcc is None and not required:
+        return None
+    if nvcc is None:
+        raise SglforgeError("nvcc not found (looked at $CUDA_HOME/bin, /usr/local/cuda/bin, PATH)",
+                            hint=f"install the CUDA {toolchain.cuda} toolkit or set CUDA_HOME")
+    nvcc = nvcc.resolve()
+    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                          check=False).stdout
+    match = re.search(r"release ([0-9]+\.[0-9]+)", text)
+    release = match.group(1) if match else "unknown"
+    if release != toolchain.cuda:
+        raise SglforgeError(f"{toolchain.path}: pins CUDA {toolchain.cuda}, but {nvcc} is "
+                            f"release {release}", hint="set CUDA_HOME to the pinned toolkit")
+    return CudaToolkit(home=nvcc.parent.parent, nvcc=nvcc, release=release,
+                       version_text=text.strip())
+
+
+def _first_line(cmd: list[str], search_path: str | None = None) -> str | None:
+    binary = shutil.which(cmd[0], path=search_path)
+    if not binary:
+        return None
+    proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True, check=False)
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class ToolchainFingerprint:
+    """What the build actually ran with; hashed into content keys and written to provenance."""
+
+    cuda: str  # release, e.g. "13.0"
+    nvcc: str  # full `nvcc --version`
+    compiler: str  # host C++ compiler `--version` first line
+    cmake: str | None
+    python: str  # full version of the build interpreter
+    platform: str
+    build_requires: dict[str, str] = field(default_factory=dict)  # name -> installed version
+    torch: str | None = None  # installed torch, when a selected recipe needs it
+
+    def as_dict(self) -> dict:
+        return {"cuda": self.cuda, "nvcc": self.nvcc, "compiler": self.compiler,
+                "cmake": self.cmake, "python": self.python, "platform": self.platform,
+                "build_requires": dict(sorted(self.build_requires.items())),
+                "torch": self.torch}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()
+
+    def summary(self, with_torch: bool) -> dict:
+        """The short form stamped into a wheel's provenance."""
+        nvcc = re.search(r"V[0-9][0-9.]+", self.nvcc)
+        out = {"cuda": self.cuda, "nvcc": nvcc.group(0) if nvcc else self.nvcc,
+               "compiler": self.compiler, "cmake": self.cmake, "python": self.python,
+               "platform": self.platform}
+        if with_torch:
+            out["torch"] = self.torch
+        return out
+
+
+def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[str],
+                search_path: str | None = None) -> ToolchainFingerprint:
+    """Check the build interpreter against the pins for `requires`; fail naming every gap."""
+    problems = []
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running != toolchain.python:
+        problems.append(f"python: pinned {toolchain.python}, running {running} ({sys.executable})")
+    found: dict[str, str] = {}
+    torch = None
+    for name in sorted({canonical_name(n) for n in requires}):
+        want = toolchain.pinned_version(name)
+        have = installed_version(name)
+        if want is None:
+            problems.append(f"{name}: not pinned in {toolchain.path}")
+        elif have is None:
+            problems.append(f"{name}: pinned {want}, not installed in {sys.executable}")
+        elif have.split("+")[0] != want.split("+")[0]:
+            problems.append(f"{name}: pinned {want}, installed {have}")
+        elif name == "torch":
+            torch = have
+        else:
+            found[name] = have
+    if problems:
+        raise SglforgeError(
+            "the build interpreter does not match lockfiles/toolchain.toml:\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            hint="`nox -s build` installs the pinned build requirements; by hand: "
+                 "pip install -r <(sglforge build-requirements)")
+    return ToolchainFingerprint(
+        cuda=cuda.release if cuda else "none", nvcc=cuda.version_text if cuda else "none",
+        # builds do not inherit CC/CXX: CMake and nvcc find these on the build PATH
+        compiler=_first_line(["c++", "--version"], search_path) or "unknown",
+        cmake=_first_line(["cmake", "--version"], search_path),
+        python=platform.python_version(),
+        platform=f"{platform.system().lower()}-{platform.machine()}",
+        build_requires=found, torch=torch)
