@@ -106,7 +106,7 @@ def test_installed_wheels_show_the_torch_pin_and_label_through_importlib(tmp_pat
     for name, version, meta in (("nobody", "1.0", bodyless), ("withbody", "2.0", with_body)):
         src = write_wheel(tmp_path / f"{name}-{version}-py3-none-any.whl",
                           wheel_files(name, version, meta, {}))
-        out, info = postprocess(src, tmp_path / "out", expected_version=None,
+        out, _ = postprocess(src, tmp_path / "out", expected_version=None,
                                 expected_local=None, torch_version="2.13.0",
                                 provenance={}, epoch=0, retag_local="cu130.abcdef12")
         assert out.name == f"{name}-{version}+cu130.abcdef12-py3-none-any.whl"

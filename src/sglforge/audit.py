@@ -312,13 +312,14 @@ def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world:
         return Dependency(member, lib, "system")
     in_wheel = sorted(p for p in installed if posixpath.basename(p) == lib)
     provider = next((d for d, names in sorted(world.site_dirs.items()) if lib in names), None)
+    here = posixpath.dirname(install_path(member))
     if in_wheel:
-        why = (f"the wheel has {in_wheel[0]} but no RPATH entry reaches it (add "
-               f"$ORIGIN/{posixpath.relpath(posixpath.dirname(in_wheel[0]), posixpath.dirname(install_path(member)))})")
+        rel = posixpath.relpath(posixpath.dirname(in_wheel[0]), here)
+        why = f"the wheel has {in_wheel[0]} but no RPATH entry reaches it (add $ORIGIN/{rel})"
     elif provider and (provider.startswith("torch/") and not torch_bound):
         why = f"in {provider}, but the wheel is not torch-ABI-bound (requires-torch-abi)"
     elif provider:
-        rel = posixpath.relpath(provider, posixpath.dirname(install_path(member)))
+        rel = posixpath.relpath(provider, here)
         why = (f"in {provider}, but no RPATH entry reaches it (loads only if something else "
                f"loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')")
     else:
