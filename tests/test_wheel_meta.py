@@ -261,3 +261,50 @@ def test_local_label_names_archs_only_with_device_code(tmp_path):
     recipes = load_recipes(root / "recipes", lock, toolchain)
     assert recipes["sgl-deep-gemm"].local_label("abcdef12", "130") == "cu130.abcdef12"
     assert sys.version_info >= (3, 10)
+
+
+# -- through `sglforge build` ---------------------------------------------------------------
+
+
+@needs_cc
+def test_build_drops_litter_tags_the_platform_and_audits_dt_needed(tmp_path):
+    """A DeepGEMM-like setuptools package (ninja dir in the package, _C.so as package data):
+    the published wheel has no litter, a linux_x86_64 tag, installs, and an unresolvable
+    DT_NEEDED fails the build naming file and library unless the recipe says warn."""
+    from tests.fixtures.project import make_project
+    from tests.helpers import install_lock, snapshot
+
+    project = make_project(tmp_path, ("nativepy",))
+    result = project.run("build")
+    assert result.returncode == 0, result.stderr
+    assert ("removed 4 build-litter member(s): nativepy/_C_build/.ninja_deps, "
+            "nativepy/_C_build/.ninja_log, nativepy/_C_build/build.ninja, "
+            "nativepy/_C_build/cpp_0.o") in result.stdout
+    assert "libc.so.6 (system)" in result.stdout
+    [entry] = project.manifest()["wheels"]
+    version = entry["version"]
+    assert version.startswith("0.1.0+cu") and "sm" not in version
+    assert entry["file"] == f"nativepy-{version}-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(project.root / "wheels" / entry["file"]) as archive:
+        assert not [n for n in archive.namelist() if "_C_build" in n]
+        assert "nativepy/_C.so" in archive.namelist()
+    python = fresh_venv(tmp_path / "serving")
+    install = install_lock(python, project.root)
+    assert install.returncode == 0, install.stderr
+    code = "import importlib.metadata as m; print(m.version('nativepy'))"
+    assert subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == version
+
+    recipe = project.recipe("nativepy")
+    recipe.write_text(recipe.read_text() + '\n[env]\nNATIVEPY_GHOST = "1"\n')
+    before = snapshot(project.root / "wheels")
+    failed = project.run("build")
+    assert failed.returncode == 2
+    assert "DT_NEEDED audit: 1 unresolvable" in failed.stderr
+    assert "nativepy/_C.so: libghost.so: not in the wheel" in failed.stderr
+    assert snapshot(project.root / "wheels") == before
+
+    recipe.write_text(recipe.read_text().replace('mem-per-job', 'elf-deps = "warn"\nmem-per-job'))
+    warned = project.run("build")
+    assert warned.returncode == 0, warned.stderr
+    assert "warning: " in warned.stdout and "nativepy/_C.so: libghost.so" in warned.stdout
