@@ -200,20 +200,26 @@ def test_dt_needed_resolution_names_file_and_library(tmp_path):
     compile_so(tmp_path, "torch_cuda", soname="libtorch_cuda.so")
     compile_so(tmp_path, "cuda", soname="libcuda.so.1")
     compile_so(tmp_path, "nowhere", soname="libnowhere.so")  # linkable here, nowhere at run
+    compile_so(tmp_path, "tvm_ffi", soname="libtvm_ffi.so")
     shutil.copy(tmp_path / "libcuda.so", tmp_path / "libcuda.so.1")
-    good = compile_so(tmp_path, "good", links=("helper", "torch_cuda", "m", ":libcuda.so.1"),
-                      rpath="$ORIGIN:$ORIGIN/../torch/lib")
+    good = compile_so(tmp_path, "good",
+                      links=("helper", "torch_cuda", "m", ":libcuda.so.1", "tvm_ffi"),
+                      rpath="$ORIGIN:$ORIGIN/../torch/lib:$ORIGIN/../tvm_ffi/lib")
     bare = compile_so(tmp_path, "bare", links=("helper", "torch_cuda", "nowhere"))
     members = {"pkg/_good.so": good, "pkg/_bare.so": bare, "pkg/libhelper.so": b"\x7fELF",
                "pkg/__init__.py": b""}
-    world = audit.LibraryWorld(site_dirs={"torch/lib": frozenset({"libtorch_cuda.so"})},
-                               system=frozenset({"libm.so.6", "libc.so.6"}))
-    deps = audit.resolve_dependencies(members, world, torch_bound=True, requires=[])
+    world = audit.LibraryWorld(
+        site_dirs={"torch/lib": {"libtorch_cuda.so": "torch"},
+                   "tvm_ffi/lib": {"libtvm_ffi.so": "apache-tvm-ffi"}},
+        system=frozenset({"libm.so.6", "libc.so.6"}))
+    deps = audit.resolve_dependencies(members, world, torch_bound=True,
+                                      requires=["apache-tvm-ffi==0.1.11", "torch==2.13.0"])
     found = {(d.member, d.library): d for d in deps}
     assert found[("pkg/_good.so", "libhelper.so")].source == "wheel"
     assert found[("pkg/_good.so", "libtorch_cuda.so")].source == "torch"
     assert found[("pkg/_good.so", "libm.so.6")].source == "system"
     assert found[("pkg/_good.so", "libcuda.so.1")].source == "driver"
+    assert found[("pkg/_good.so", "libtvm_ffi.so")].source == "apache-tvm-ffi"
     unresolved = {(d.member, d.library): d.detail for d in deps if d.source is None}
     assert set(unresolved) == {("pkg/_bare.so", "libhelper.so"),
                                ("pkg/_bare.so", "libtorch_cuda.so"),
@@ -221,11 +227,13 @@ def test_dt_needed_resolution_names_file_and_library(tmp_path):
     assert "no RPATH entry reaches it (add $ORIGIN/.)" in unresolved[("pkg/_bare.so",
                                                                        "libhelper.so")]
     assert "$ORIGIN/../torch/lib" in unresolved[("pkg/_bare.so", "libtorch_cuda.so")]
-    # not torch-bound: torch/lib does not count even through an RPATH
+    # neither torch-bound nor requiring apache-tvm-ffi: their libs do not count, RPATH or not
     deps = audit.resolve_dependencies({"pkg/_good.so": good}, world, torch_bound=False,
-                                      requires=[])
-    assert {d.library for d in deps if d.source is None} == {"libhelper.so",
-                                                              "libtorch_cuda.so"}
+                                      requires=["torch>=2"])
+    unresolved = {d.library: d.detail for d in deps if d.source is None}
+    assert set(unresolved) == {"libhelper.so", "libtorch_cuda.so", "libtvm_ffi.so"}
+    assert "only with requires-torch-abi" in unresolved["libtorch_cuda.so"]
+    assert "apache-tvm-ffi, which the wheel does not require" in unresolved["libtvm_ffi.so"]
 
 
 def test_system_libraries_exclude_the_cuda_toolkit():
@@ -301,7 +309,7 @@ def test_build_drops_litter_tags_the_platform_and_audits_dt_needed(tmp_path):
     failed = project.run("build")
     assert failed.returncode == 2
     assert "DT_NEEDED audit: 1 unresolvable" in failed.stderr
-    assert "nativepy/_C.so: libghost.so: not in the wheel" in failed.stderr
+    assert "nativepy/_C.so: libghost.so: not in the wheel, a required" in failed.stderr
     assert snapshot(project.root / "wheels") == before
 
     recipe.write_text(recipe.read_text().replace('mem-per-job', 'elf-deps = "warn"\nmem-per-job'))

@@ -121,12 +121,11 @@ def audit_purity(wheel: Path) -> None:
 # Where a library may come from (what the loader finds in a venv where the wheel is installed):
 #   wheel   a member of the same wheel, reached through an RPATH/RUNPATH entry; `$ORIGIN` is
 #           the installed directory of the ELF (site-packages-relative)
-#   torch   a library in the build interpreter's `site-packages/torch/lib`, reached through an
-#           `$ORIGIN`-relative RPATH entry, for a wheel that is torch-ABI-bound (requires
-#           torch==) — torch is then installed next to it
-#   nvidia  a library of an nvidia-* CUDA wheel (`site-packages/nvidia/*/lib`), through an
-#           `$ORIGIN`-relative RPATH entry, for a wheel that requires torch (torch cu13x pulls
-#           them in) or Requires-Dist an nvidia-* distribution
+#   <dist>  a library of an installed distribution the wheel Requires-Dist (apache-tvm-ffi's
+#           tvm_ffi/lib, …), reached through an `$ORIGIN`-relative RPATH entry. torch's lib/
+#           counts only for a torch-ABI-bound wheel (Requires-Dist torch==); the nvidia-* CUDA
+#           wheels (nvidia/*/lib) also count for it, as torch cu13x installs them. Which files
+#           a distribution has comes from the build interpreter's installed copy.
 #   system  the ld.so cache (`ldconfig -p`) and the standard directories (/lib, /usr/lib,
 #           /lib64, /usr/lib64, /{usr/,}lib/<multiarch>), minus anything inside a CUDA toolkit
 #           (/usr/local/cuda*, /opt/cuda*): serving hosts have the driver, not the toolkit
@@ -204,10 +203,10 @@ def read_dynamic(data: bytes) -> ElfDynamic | None:
 
 @dataclass(frozen=True)
 class LibraryWorld:
-    """What a serving venv offers besides the wheel: site-packages-relative library dirs
-    (torch/lib, nvidia/cu13/lib, …) with their file names, and the system's libraries."""
+    """What a serving venv offers besides the wheel: site-packages-relative library dirs of
+    installed distributions (dir -> {file name: distribution}), and the system's libraries."""
 
-    site_dirs: dict[str, frozenset[str]]
+    site_dirs: dict[str, dict[str, str]]
     system: frozenset[str]
 
     @classmethod
@@ -215,21 +214,23 @@ class LibraryWorld:
         return cls(site_dirs=build_env_site_dirs(), system=system_libraries())
 
 
-def build_env_site_dirs() -> dict[str, frozenset[str]]:
-    """torch/lib and nvidia/*/lib of the build interpreter (where torch is installed)."""
-    import importlib.util
+def build_env_site_dirs() -> dict[str, dict[str, str]]:
+    """Shared libraries of every distribution installed for the build interpreter."""
+    import importlib.metadata
 
-    spec = importlib.util.find_spec("torch")
-    roots = {Path(p) for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
-    if spec is not None and spec.origin:
-        roots.add(Path(spec.origin).parent.parent)
-    out: dict[str, frozenset[str]] = {}
-    for root in sorted(roots):
-        for lib_dir in [root / "torch" / "lib", *sorted(root.glob("nvidia/*/lib"))]:
-            if lib_dir.is_dir():
-                out[lib_dir.relative_to(root).as_posix()] = frozenset(
-                    p.name for p in lib_dir.iterdir() if ".so" in p.name)
-    return out
+    from sglforge.requirements import canonical_name
+
+    found: dict[str, dict[str, str]] = {}
+    for dist in importlib.metadata.distributions():
+        name = canonical_name(dist.metadata["Name"] or "")
+        for file in dist.files or ():
+            path = file.as_posix()
+            base = posixpath.basename(path)
+            if (".so" in base and not path.startswith("..")
+                    and not path.split("/")[0].endswith((".dist-info", ".data"))):
+                directory = posixpath.dirname(path)
+                found.setdefault(directory, {})[base] = name
+    return dict(sorted(found.items()))
 
 
 def system_libraries() -> frozenset[str]:
@@ -273,15 +274,22 @@ def _expand(entry: str, origin: str) -> str | None:
     return None if path == ".." or path.startswith("../") else path.removeprefix("./")
 
 
+def _allowed(dist: str, requires: set[str], torch_bound: bool) -> bool:
+    if dist == "torch":
+        return torch_bound
+    if dist.startswith("nvidia-") and torch_bound:
+        return True
+    return dist in requires
+
+
 def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
                          torch_bound: bool, requires: list[str]) -> list[Dependency]:
     """Classify every DT_NEEDED of every ELF member (see the table above)."""
     from sglforge.requirements import canonical_name
 
     installed = {install_path(n) for n in members}
-    wants_nvidia = torch_bound or any(
-        canonical_name(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]).startswith("nvidia-")
-        for r in requires)
+    required = {canonical_name(re.split(r"[\s;<>=!~\[(]", r.strip(), maxsplit=1)[0])
+                for r in requires}
     out = []
     for member in sorted(members):
         if member.split("/")[0].endswith(".dist-info"):
@@ -292,38 +300,40 @@ def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
         origin = posixpath.dirname(install_path(member))
         dirs = [d for d in (_expand(e, origin) for e in info.rpath) if d is not None]
         for lib in info.needed:
-            out.append(_resolve(member, lib, dirs, installed, world, torch_bound, wants_nvidia))
+            out.append(_resolve(member, lib, dirs, installed, world, required, torch_bound))
     return out
 
 
 def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world: LibraryWorld,
-             torch_bound: bool, wants_nvidia: bool) -> Dependency:
+             required: set[str], torch_bound: bool) -> Dependency:
     for directory in dirs:
         if f"{directory}/{lib}".removeprefix("/") in installed:
             return Dependency(member, lib, "wheel", directory)
-        if lib in world.site_dirs.get(directory, ()):
-            if directory.startswith("torch/") and torch_bound:
-                return Dependency(member, lib, "torch", directory)
-            if directory.startswith("nvidia/") and wants_nvidia:
-                return Dependency(member, lib, "nvidia", directory)
+        dist = world.site_dirs.get(directory, {}).get(lib)
+        if dist is not None and _allowed(dist, required, torch_bound):
+            return Dependency(member, lib, dist, directory)
     if lib in DRIVER_LIBS:
         return Dependency(member, lib, "driver")
     if lib in world.system:
         return Dependency(member, lib, "system")
     in_wheel = sorted(p for p in installed if posixpath.basename(p) == lib)
-    provider = next((d for d, names in sorted(world.site_dirs.items()) if lib in names), None)
+    providers = [(d, libs[lib]) for d, libs in sorted(world.site_dirs.items()) if lib in libs]
     here = posixpath.dirname(install_path(member))
     if in_wheel:
         rel = posixpath.relpath(posixpath.dirname(in_wheel[0]), here)
         why = f"the wheel has {in_wheel[0]} but no RPATH entry reaches it (add $ORIGIN/{rel})"
-    elif provider and (provider.startswith("torch/") and not torch_bound):
-        why = f"in {provider}, but the wheel is not torch-ABI-bound (requires-torch-abi)"
-    elif provider:
-        rel = posixpath.relpath(provider, here)
-        why = (f"in {provider}, but no RPATH entry reaches it (loads only if something else "
-               f"loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')")
+    elif providers:
+        directory, dist = providers[0]
+        if not _allowed(dist, required, torch_bound):
+            why = (f"in {directory} of {dist}, which the wheel does not require"
+                   + (" (torch counts only with requires-torch-abi)" if dist == "torch" else ""))
+        else:
+            rel = posixpath.relpath(directory, here)
+            why = (f"in {directory} of {dist}, but no RPATH entry reaches it (loads only if "
+                   f"something else loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')")
     else:
-        why = "not in the wheel, torch, the nvidia-* wheels or the system"
+        why = ("not in the wheel, a required distribution, the system or the driver "
+               "(a CUDA toolkit library does not count)")
     return Dependency(member, lib, None, why)
 
 
