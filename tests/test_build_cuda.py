@@ -85,9 +85,14 @@ def test_archs_are_selectable_per_recipe(tmp_path):
     result = project.run("build")
     assert result.returncode == 0, result.stderr
     assert "audit ok: cudaext/libcudaext.so: sm_120a, sm_90a" in result.stdout
+    # the ELF audits ran: platform tag (not pure) and every DT_NEEDED resolved (system libs)
+    assert "DT_NEEDED ok: " in result.stdout and "libc.so.6 (system)" in result.stdout
     [entry] = project.manifest()["wheels"]
+    assert entry["file"].endswith("-linux_x86_64.whl")
     with zipfile.ZipFile(project.root / "wheels" / entry["file"]) as archive:
         assert "cudaext/libcudaext.so" in archive.namelist()
+        wheel = archive.read(next(n for n in archive.namelist() if n.endswith("/WHEEL")))
+        assert b"Root-Is-Purelib: false" in wheel and b"-any" not in wheel
     assert Path(project.build_root / "logs" / "cudaext.log").is_file()
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.sources import cache as sources
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.settings import load_settings
+from sglforge.sources import cache as sources
 from tests.fixtures.gitrepos import UPSTREAM, local_patch, source_entry
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglforge.sources import cache as sources
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.patching.apply import PatchFailed, apply_series
 from sglforge.patching.diff import DiffParseError, parse_diff, unquote
 from sglforge.patching.series import load_series
+from sglforge.sources import cache as sources
 from tests.fixtures.gitrepos import local_patch, run_git, source_entry
 from tests.test_apply import edit_core, mbox
 

@@ -237,6 +237,7 @@ class _Context:
     machine: Machine
     report: BuildReport
     cuobjdump: Path | None = None
+    libraries: audit.LibraryWorld | None = None
 
 
 def _wheel_cache_dir(settings: Settings, key: str) -> Path:
@@ -383,8 +384,12 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
         expected_local=local if version is None and not retag else None,
         retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch if recipe.requires_torch_abi else None,
-        provenance=provenance, epoch=prepared.source_date_epoch)
+        provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude)
+    if info.removed:
+        print(f"    removed {len(info.removed)} build-litter member(s): "
+              + ", ".join(info.removed[:8]) + (", …" if len(info.removed) > 8 else ""))
     ctx.report.step(f"{recipe.name}: post-process", t)
+    _audit_elf(ctx, recipe, final)
 
     if recipe.cuda_archs:
         t = time.monotonic()
@@ -405,6 +410,25 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
                                             "name": info.name, "version": info.version})
     return BuiltWheel(recipe.name, final, digest, info.name, info.version, provenance,
                       key.value, cached=False, seconds=time.monotonic() - started)
+
+
+def _audit_elf(ctx: _Context, recipe: Recipe, wheel: Path) -> None:
+    """Platform tag vs ELF content (always an error), then every DT_NEEDED (recipe: elf-deps)."""
+    t = time.monotonic()
+    audit.audit_purity(wheel)
+    if ctx.libraries is None:
+        ctx.libraries = audit.LibraryWorld.detect()
+    deps = audit.audit_dependencies(wheel, ctx.libraries)
+    if any(d.source is None for d in deps):
+        message = audit.render_unresolved(wheel, deps)
+        if recipe.elf_deps == "error":
+            raise SglforgeError(message, hint=f"{recipe.path}: link with an $ORIGIN-relative "
+                                "RPATH, or set elf-deps = \"warn\" with a reason")
+        print("    warning: " + message.replace("\n", "\n    "))
+    resolved = sorted({f"{d.library} ({d.source})" for d in deps if d.source is not None})
+    if resolved:
+        print(f"    DT_NEEDED ok: {', '.join(resolved)}")
+    ctx.report.step(f"{recipe.name}: elf audit", t)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:

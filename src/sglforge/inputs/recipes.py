@@ -12,12 +12,20 @@
     cuda-archs = ["sm_120a"]                 # SASS every device-code ELF must hold (audit)
     mem-per-job = "6GiB"                     # memory one compile job needs (scheduler)
     nvcc-threads = 1
+    exclude = ["*.a"]                        # more build litter to drop (wheelpost defaults:
+                                             # ninja files, *.o, CMakeFiles/, *_build/)
+    exclude-defaults = true                  # false: only this recipe's `exclude`
+    elf-deps = "error"                       # unresolvable DT_NEEDED: "error" or "warn"
     [env]                                    # environment of the build, placeholders allowed
     SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG = "{version}"
     [cmake-defines]                          # -D options, passed through CMAKE_ARGS
     SGL_KERNEL_ENABLE_SM100A = "OFF"
     [config-settings]                        # PEP 517 config settings (-C key=value)
     "build-dir" = "{build_dir}"              # a list value repeats the setting
+
+The local label names SASS archs (`sm120`, `sm120a`, …) only when the wheel carries device
+code for them: each `sm…` part must match an entry of `cuda-archs` (which the arch audit then
+requires in every device-code ELF). JIT / arch-free wheels use `cu{cuda}.{patchset8}`.
 
 `version-label = "retag"` is for upstreams without a version variable: sglforge appends
 `+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
@@ -42,6 +50,7 @@ from sglforge.base.requirements import canonical_name
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.toolchain import Toolchain
+from sglforge.wheel.normalize import DEFAULT_EXCLUDE
 
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
                 "build_dir", "build_root", "cmake_cuda_architectures", "torch_cuda_arch_list")
@@ -52,6 +61,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PEP440_BASE = re.compile(r"[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
 MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(GiB|MiB|G|M)")
 FRONTENDS = ("pip", "build")
+ELF_DEPS = ("error", "warn")
+LABEL_ARCH = re.compile(r"sm([0-9]{2,3})([af]?)")
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class Recipe:
     env: dict[str, str]
     cmake_defines: dict[str, str]
     config_settings: dict[str, tuple[str, ...]]  # a list value repeats the setting
+    exclude: tuple[str, ...] = ()  # build-litter patterns (defaults included unless opted out)
+    elf_deps: str = "error"  # what an unresolvable DT_NEEDED is: "error" | "warn"
 
     def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
         if self.local_version is None:
@@ -162,6 +175,9 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
     env = reader.str_table("env")
     cmake_defines = reader.str_table("cmake-defines")
     config_settings = _config_settings(reader)
+    extra_exclude = reader.str_list("exclude") or []
+    exclude_defaults = reader.bool("exclude-defaults", default=True)
+    elf_deps = reader.str("elf-deps") or "error"
     reader.finish()
 
     if upstream is not None:
@@ -209,6 +225,13 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
         if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
             reader.error("local-version", f"{local_version!r} does not give a PEP 440 local "
                                           "label (lowercase alphanumerics separated by '.')")
+        elif probe is not None:
+            _check_label_archs(reader, probe, cuda_archs)
+    if elf_deps not in ELF_DEPS:
+        reader.error("elf-deps", f"{elf_deps!r} is not one of {', '.join(ELF_DEPS)}")
+    for pattern in extra_exclude:
+        if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+            reader.error("exclude", f"{pattern!r} is not a member pattern like '*.a' or 'build/'")
     for table, values in (("env", env), ("cmake-defines", cmake_defines),
                           ("config-settings", config_settings)):
         for key, value in values.items():
@@ -225,7 +248,25 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
         base_version=base_version, local_version=local_version, version_label=version_label,
         requires_torch_abi=requires_torch_abi, cuda_archs=tuple(cuda_archs),
         mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
-        cmake_defines=cmake_defines, config_settings=config_settings)
+        cmake_defines=cmake_defines, config_settings=config_settings,
+        exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
+        elf_deps=elf_deps)
+
+
+def _check_label_archs(reader: TableReader, label: str, cuda_archs: list[str]) -> None:
+    """An `sm…` part of the label must name an arch the wheel carries device code for."""
+    carried = {re.fullmatch(r"sm_([0-9]+)([af]?)", a).groups() for a in cuda_archs
+               if SASS_ARCH.fullmatch(a)}
+    for part in label.split("."):
+        match = LABEL_ARCH.fullmatch(part)
+        if match is None:
+            continue
+        digits, suffix = match.groups()
+        if not any(d == digits and suffix in ("", s) for d, s in carried):
+            reader.error("local-version", f"the label names {part} but cuda-archs "
+                         f"({', '.join(cuda_archs) or 'empty: no device code'}) does not "
+                         "include it; name archs only for device code the wheel carries "
+                         "(JIT wheels: \"cu{cuda}.{patchset8}\")")
 
 
 def _config_settings(reader: TableReader) -> dict[str, tuple[str, ...]]:

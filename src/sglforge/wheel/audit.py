@@ -8,8 +8,10 @@ package `nvidia-cuda-cuobjdump`), which prints one line per embedded cubin:
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -78,3 +80,275 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
             raise SglforgeError(f"{wheel.name}: arch audit failed:\n" + "\n".join(gaps),
                                 hint="check the recipe's arch list (gencodes / arch env)")
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Purity: a wheel holding an ELF must not claim to be pure.
+
+
+def audit_purity(wheel: Path) -> None:
+    """Error when a wheel holding an ELF keeps `Root-Is-Purelib: true` or an `-any` tag."""
+    from sglforge.wheel.normalize import elf_machine, parse_headers
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = [i.filename for i in archive.infolist() if not i.is_dir()]
+        wheel_file = next((n for n in names if re.fullmatch(r"[^/]+\.dist-info/WHEEL", n)), None)
+        if wheel_file is None:
+            raise SglforgeError(f"{wheel.name}: no .dist-info/WHEEL")
+        elfs = []
+        for name in names:
+            if name.split("/")[0].endswith(".dist-info"):
+                continue
+            with archive.open(name) as handle:
+                if elf_machine(handle.read(20)) is not None:
+                    elfs.append(name)
+        message = parse_headers(archive.read(wheel_file))
+    if not elfs:
+        return
+    tags = message.get_all("Tag") or []
+    pure = [t for t in tags if t.endswith("-any")] + [t for t in wheel.name[:-4].split("-")[-1:]
+                                                     if t == "any"]
+    if str(message["Root-Is-Purelib"]).strip().lower() == "true" or pure:
+        raise SglforgeError(
+            f"{wheel.name}: platform audit failed: the wheel holds ELF files "
+            f"({', '.join(elfs[:3])}{', …' if len(elfs) > 3 else ''}) but is tagged pure "
+            f"(Root-Is-Purelib: {message['Root-Is-Purelib']}, Tag: {', '.join(tags)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic dependencies: every DT_NEEDED of every ELF must resolve on a serving host.
+#
+# Where a library may come from (what the loader finds in a venv where the wheel is installed):
+#   wheel   a member of the same wheel, reached through an RPATH/RUNPATH entry; `$ORIGIN` is
+#           the installed directory of the ELF (site-packages-relative)
+#   <dist>  a library of an installed distribution the wheel Requires-Dist (apache-tvm-ffi's
+#           tvm_ffi/lib, …), reached through an `$ORIGIN`-relative RPATH entry. torch's lib/
+#           counts only for a torch-ABI-bound wheel (Requires-Dist torch==); the nvidia-* CUDA
+#           wheels (nvidia/*/lib) also count for it, as torch cu13x installs them. Which files
+#           a distribution has comes from the build interpreter's installed copy.
+#   system  the ld.so cache (`ldconfig -p`) and the standard directories (/lib, /usr/lib,
+#           /lib64, /usr/lib64, /{usr/,}lib/<multiarch>), minus anything inside a CUDA toolkit
+#           (/usr/local/cuda*, /opt/cuda*): serving hosts have the driver, not the toolkit
+#   driver  libcuda.so.1 and the other driver libraries: every GPU host has them, no build
+#           host needs them
+# Anything else is unresolvable. Libraries that torch happens to have loaded already do not
+# count: import order is not a dependency.
+
+DRIVER_LIBS = frozenset({"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1",
+                         "libcudadebugger.so.1"})
+STANDARD_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+                 "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+                 "/usr/lib/aarch64-linux-gnu")
+TOOLKIT_DIR = re.compile(r"^/(usr/local|opt)/cuda[^/]*/")
+DT_NEEDED, DT_STRTAB, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 14, 15, 29
+
+
+@dataclass(frozen=True)
+class ElfDynamic:
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]  # DT_RPATH entries, then DT_RUNPATH entries
+    soname: str | None
+
+
+def read_dynamic(data: bytes) -> ElfDynamic | None:
+    """DT_NEEDED, RPATH/RUNPATH and SONAME of an ELF (no readelf needed); None for non-ELF.
+
+    An ELF without a dynamic segment (an object file, a static binary) needs nothing."""
+    if data[:4] != b"\x7fELF" or len(data) < 52:
+        return None
+    wide, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    if wide:
+        phoff, phentsize, phnum = (struct.unpack_from(end + "Q", data, 32)[0],
+                                   *struct.unpack_from(end + "HH", data, 54))
+        phdr, dyn = end + "IIQQQQ", end + "qQ"
+    else:
+        phoff, phentsize, phnum = (struct.unpack_from(end + "I", data, 28)[0],
+                                   *struct.unpack_from(end + "HH", data, 42))
+        phdr, dyn = end + "IIIIII", end + "iI"
+    loads, dynamic = [], None
+    for i in range(phnum):
+        fields = struct.unpack_from(phdr, data, phoff + i * phentsize)
+        if wide:
+            p_type, _, p_offset, p_vaddr, _, p_filesz = fields
+        else:
+            p_type, p_offset, p_vaddr, _, p_filesz, _ = fields
+        if p_type == 1:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return ElfDynamic((), (), None)
+    entries = []
+    size = struct.calcsize(dyn)
+    for off in range(dynamic[0], dynamic[0] + dynamic[1] - size + 1, size):
+        tag, value = struct.unpack_from(dyn, data, off)
+        if tag == 0:
+            break
+        entries.append((tag, value))
+    strtab = next((v for t, v in entries if t == DT_STRTAB), None)
+    base = next((o + strtab - v for v, o, n in loads if v <= (strtab or -1) < v + n), None)
+    if base is None:
+        raise SglforgeError("ELF dynamic section has no string table in a loaded segment")
+
+    def string(offset: int) -> str:
+        start = base + offset
+        return data[start:data.index(b"\0", start)].decode(errors="replace")
+
+    rpath = [p for tag in (DT_RPATH, DT_RUNPATH) for t, v in entries if t == tag
+             for p in string(v).split(":") if p]
+    soname = next((string(v) for t, v in entries if t == DT_SONAME), None)
+    return ElfDynamic(tuple(string(v) for t, v in entries if t == DT_NEEDED), tuple(rpath),
+                      soname)
+
+
+@dataclass(frozen=True)
+class LibraryWorld:
+    """What a serving venv offers besides the wheel: site-packages-relative library dirs of
+    installed distributions (dir -> {file name: distribution}), and the system's libraries."""
+
+    site_dirs: dict[str, dict[str, str]]
+    system: frozenset[str]
+
+    @classmethod
+    def detect(cls) -> LibraryWorld:
+        return cls(site_dirs=build_env_site_dirs(), system=system_libraries())
+
+
+def build_env_site_dirs() -> dict[str, dict[str, str]]:
+    """Shared libraries of every distribution installed for the build interpreter."""
+    import importlib.metadata
+
+    from sglforge.base.requirements import canonical_name
+
+    found: dict[str, dict[str, str]] = {}
+    for dist in importlib.metadata.distributions():
+        name = canonical_name(dist.metadata["Name"] or "")
+        for file in dist.files or ():
+            path = file.as_posix()
+            base = posixpath.basename(path)
+            if (".so" in base and not path.startswith("..")
+                    and not path.split("/")[0].endswith((".dist-info", ".data"))):
+                directory = posixpath.dirname(path)
+                found.setdefault(directory, {})[base] = name
+    return dict(sorted(found.items()))
+
+
+def system_libraries() -> frozenset[str]:
+    names: set[str] = set()
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    proc = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False) \
+        if os.path.exists(ldconfig) else None
+    for line in (proc.stdout.splitlines() if proc else []):
+        name, sep, path = line.strip().partition(" => ")
+        if sep and not TOOLKIT_DIR.match(path.strip()):
+            names.add(name.split(" (")[0].strip())
+    for directory in STANDARD_DIRS:
+        if os.path.isdir(directory):
+            names.update(n for n in os.listdir(directory) if ".so" in n)
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    member: str
+    library: str
+    source: str | None  # wheel | torch | nvidia | system | driver; None: unresolvable
+    detail: str = ""
+
+
+def install_path(member: str) -> str:
+    """Where a member lands, relative to site-packages (`x.data/platlib/y` -> `y`)."""
+    parts = member.split("/")
+    if parts[0].endswith(".data") and len(parts) > 2 and parts[1] in ("purelib", "platlib"):
+        return "/".join(parts[2:])
+    return member
+
+
+def _expand(entry: str, origin: str) -> str | None:
+    """An RPATH entry as a site-packages-relative directory; None if it leaves the venv's
+    site-packages or is absolute (a build-host path)."""
+    expanded = entry.replace("${ORIGIN}", "$ORIGIN")
+    if not expanded.startswith("$ORIGIN"):
+        return None
+    path = posixpath.normpath(posixpath.join(origin, expanded[len("$ORIGIN"):].lstrip("/")))
+    return None if path == ".." or path.startswith("../") else path.removeprefix("./")
+
+
+def _allowed(dist: str, requires: set[str], torch_bound: bool) -> bool:
+    if dist == "torch":
+        return torch_bound
+    if dist.startswith("nvidia-") and torch_bound:
+        return True
+    return dist in requires
+
+
+def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
+                         torch_bound: bool, requires: list[str]) -> list[Dependency]:
+    """Classify every DT_NEEDED of every ELF member (see the table above)."""
+    from sglforge.base.requirements import canonical_name
+
+    installed = {install_path(n) for n in members}
+    required = {canonical_name(re.split(r"[\s;<>=!~\[(]", r.strip(), maxsplit=1)[0])
+                for r in requires}
+    out = []
+    for member in sorted(members):
+        if member.split("/")[0].endswith(".dist-info"):
+            continue
+        info = read_dynamic(members[member])
+        if info is None:
+            continue
+        origin = posixpath.dirname(install_path(member))
+        dirs = [d for d in (_expand(e, origin) for e in info.rpath) if d is not None]
+        for lib in info.needed:
+            out.append(_resolve(member, lib, dirs, installed, world, required, torch_bound))
+    return out
+
+
+def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world: LibraryWorld,
+             required: set[str], torch_bound: bool) -> Dependency:
+    for directory in dirs:
+        if f"{directory}/{lib}".removeprefix("/") in installed:
+            return Dependency(member, lib, "wheel", directory)
+        dist = world.site_dirs.get(directory, {}).get(lib)
+        if dist is not None and _allowed(dist, required, torch_bound):
+            return Dependency(member, lib, dist, directory)
+    if lib in DRIVER_LIBS:
+        return Dependency(member, lib, "driver")
+    if lib in world.system:
+        return Dependency(member, lib, "system")
+    in_wheel = sorted(p for p in installed if posixpath.basename(p) == lib)
+    providers = [(d, libs[lib]) for d, libs in sorted(world.site_dirs.items()) if lib in libs]
+    here = posixpath.dirname(install_path(member))
+    if in_wheel:
+        rel = posixpath.relpath(posixpath.dirname(in_wheel[0]), here)
+        why = f"the wheel has {in_wheel[0]} but no RPATH entry reaches it (add $ORIGIN/{rel})"
+    elif providers:
+        directory, dist = providers[0]
+        if not _allowed(dist, required, torch_bound):
+            why = (f"in {directory} of {dist}, which the wheel does not require"
+                   + (" (torch counts only with requires-torch-abi)" if dist == "torch" else ""))
+        else:
+            rel = posixpath.relpath(directory, here)
+            why = (f"in {directory} of {dist}, but no RPATH entry reaches it (loads only if "
+                   f"something else loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')")
+    else:
+        why = ("not in the wheel, a required distribution, the system or the driver "
+               "(a CUDA toolkit library does not count)")
+    return Dependency(member, lib, None, why)
+
+
+def audit_dependencies(wheel: Path, world: LibraryWorld) -> list[Dependency]:
+    """Resolve the DT_NEEDED of every ELF in a built wheel (METADATA says what it requires)."""
+    from sglforge.wheel.normalize import parse_headers, read_wheel
+
+    members, _ = read_wheel(wheel)
+    meta = next((d for n, d in members.items() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)),
+                b"")
+    requires = parse_headers(meta).get_all("Requires-Dist") or []
+    torch_bound = any(re.match(r"\s*torch\s*==", r) for r in requires)
+    return resolve_dependencies(members, world, torch_bound=torch_bound, requires=requires)
+
+
+def render_unresolved(wheel: Path, deps: list[Dependency]) -> str:
+    lines = [f"  - {d.member}: {d.library}: {d.detail}" for d in deps if d.source is None]
+    return f"{wheel.name}: DT_NEEDED audit: {len(lines)} unresolvable:\n" + "\n".join(lines)

@@ -1,4 +1,9 @@
-"""Wheel post-processing: check the version, pin torch, stamp provenance, normalize the zip.
+"""Wheel post-processing: check the version, pin torch, drop build litter, tag the platform,
+stamp provenance, normalize the zip.
+
+METADATA and WHEEL are edited as RFC 822 header blocks (`email` with the compat32 policy,
+the format wheels use), never as text: a field sglforge writes is always a header, whether or
+not the file has a description body.
 
 Normalized form (independent of the backend that wrote the wheel): members in sorted order
 with the `.dist-info` directory last and RECORD rebuilt as the very last member; every
@@ -10,20 +15,33 @@ from __future__ import annotations
 
 import base64
 import csv
+import fnmatch
 import hashlib
 import io
 import json
 import re
+import struct
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from email.generator import BytesGenerator
+from email.message import Message
 from email.parser import BytesParser
+from email.policy import compat32
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 
 PROVENANCE_NAME = "sglforge-build.json"
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01
+# Build litter upstream build scripts leave in package directories (ninja / CMake trees, object
+# files). A pattern ending in "/" names a directory (any path component); one without "/"
+# matches a file's base name; one with an inner "/" matches the whole member path.
+DEFAULT_EXCLUDE = (".ninja_log", ".ninja_deps", ".ninja_lock", "build.ninja", "*.o", "*.o.d",
+                   "*.obj", "CMakeCache.txt", "cmake_install.cmake", "CMakeFiles/", "*_build/")
+# ELF e_machine -> the platform tag's machine part (linux_<machine>)
+ELF_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i686", 21: "ppc64le"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +49,7 @@ class WheelInfo:
     name: str  # as in METADATA
     version: str
     dist_info: str  # "name-1.0.dist-info"
+    removed: tuple[str, ...] = ()  # build litter dropped by postprocess
 
 
 def _metadata(members: dict[str, bytes]) -> tuple[str, bytes]:
@@ -40,9 +59,28 @@ def _metadata(members: dict[str, bytes]) -> tuple[str, bytes]:
     return candidates[0], members[candidates[0]]
 
 
+def parse_headers(data: bytes) -> Message:
+    """METADATA / WHEEL as a header block plus body (compat32: the wheel spec's format)."""
+    return BytesParser(policy=compat32).parsebytes(data)
+
+
+def serialize_headers(message: Message) -> bytes:
+    """Write headers back unchanged (no refolding, no "From " mangling), then the body."""
+    out = io.BytesIO()
+    BytesGenerator(out, mangle_from_=False, maxheaderlen=0,
+                   policy=compat32.clone(linesep="\n")).flatten(message)
+    return out.getvalue()
+
+
+def edit_headers(data: bytes, edit: Callable[[Message], None]) -> bytes:
+    message = parse_headers(data)
+    edit(message)
+    return serialize_headers(message)
+
+
 def read_info(members: dict[str, bytes]) -> WheelInfo:
     path, data = _metadata(members)
-    message = BytesParser().parsebytes(data)
+    message = parse_headers(data)
     return WheelInfo(name=message["Name"], version=message["Version"],
                      dist_info=path.split("/")[0])
 
@@ -60,13 +98,126 @@ def read_wheel(path: Path) -> tuple[dict[str, bytes], dict[str, int]]:
     return members, modes
 
 
+TORCH_REQUIREMENT = re.compile(r"\s*torch\s*(?![-_.\w])")
+
+
 def pin_torch(metadata: bytes, torch_version: str) -> bytes:
     """Replace any `Requires-Dist: torch…` with `torch==<exact>` (the ABI the wheel links)."""
-    head, sep, body = metadata.partition(b"\n\n")
-    lines = [line for line in head.split(b"\n")
-             if not re.match(rb"Requires-Dist:\s*torch\b(?![-_.\w])", line)]
-    lines.append(f"Requires-Dist: torch=={torch_version}".encode())
-    return b"\n".join(lines) + (sep + body if sep else b"\n")
+    def edit(message: Message) -> None:
+        kept = [r for r in message.get_all("Requires-Dist") or []
+                if not TORCH_REQUIREMENT.match(r)]
+        del message["Requires-Dist"]
+        for requirement in [*kept, f"torch=={torch_version}"]:
+            message["Requires-Dist"] = requirement
+    return edit_headers(metadata, edit)
+
+
+def set_version(metadata: bytes, version: str) -> bytes:
+    def edit(message: Message) -> None:
+        if message["Version"] is None:
+            raise SglforgeError("METADATA has no Version header")
+        message.replace_header("Version", version)
+    return edit_headers(metadata, edit)
+
+
+# ---------------------------------------------------------------------------------------------
+# build litter
+
+
+def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
+    parts = name.split("/")
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if any(fnmatch.fnmatchcase(p, pattern[:-1]) for p in parts[:-1]):
+                return True
+        elif "/" in pattern:
+            if fnmatch.fnmatchcase(name, pattern):
+                return True
+        elif fnmatch.fnmatchcase(parts[-1], pattern):
+            return True
+    return False
+
+
+def drop_litter(members: dict[str, bytes], patterns: tuple[str, ...]) -> list[str]:
+    """Remove (in place) members matching `patterns`, never from .dist-info; sorted names."""
+    removed = sorted(n for n in members if not n.split("/")[0].endswith(".dist-info")
+                     and _excluded(n, patterns))
+    for name in removed:
+        del members[name]
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# platform tag
+
+
+def elf_machine(data: bytes) -> str | None:
+    """`x86_64` etc. for an ELF member, None for anything else."""
+    if data[:4] != b"\x7fELF" or len(data) < 20:
+        return None
+    (machine,) = struct.unpack_from("<H" if data[5] == 1 else ">H", data, 18)
+    return ELF_MACHINES.get(machine, f"em{machine}")
+
+
+def elf_members(members: dict[str, bytes]) -> dict[str, str]:
+    """member -> machine of every ELF in the wheel."""
+    out = {}
+    for name, data in members.items():
+        machine = elf_machine(data)
+        if machine is not None:
+            out[name] = machine
+    return out
+
+
+def _wheel_file(members: dict[str, bytes], dist_info: str) -> str:
+    path = f"{dist_info}/WHEEL"
+    if path not in members:
+        raise SglforgeError(f"wheel has no {path}")
+    return path
+
+
+def wheel_tags(members: dict[str, bytes], dist_info: str) -> tuple[list[str], str | None]:
+    """The WHEEL file's Tag values and Root-Is-Purelib."""
+    message = parse_headers(members[_wheel_file(members, dist_info)])
+    return list(message.get_all("Tag") or []), message["Root-Is-Purelib"]
+
+
+def platform_tag(members: dict[str, bytes], dist_info: str) -> list[str] | None:
+    """A wheel holding an ELF is platform-specific: `Root-Is-Purelib: false` and every `-any`
+    tag becomes `-linux_<machine>` (tags that already name a platform are kept). Edits WHEEL
+    in place; returns the new tags, or None when the wheel holds no ELF."""
+    machines = set(elf_members({n: d for n, d in members.items()
+                                if not n.split("/")[0].endswith(".dist-info")}).values())
+    if not machines:
+        return None
+    if len(machines) != 1:
+        raise SglforgeError(f"wheel holds ELF files for several machines: {sorted(machines)}")
+    platform = f"linux_{machines.pop()}"
+    path = _wheel_file(members, dist_info)
+    tags: list[str] = []
+
+    def edit(message: Message) -> None:
+        for tag in message.get_all("Tag") or []:
+            python, abi, plat = tag.split("-")
+            new = f"{python}-{abi}-{platform if plat == 'any' else plat}"
+            if new not in tags:
+                tags.append(new)
+        del message["Tag"]
+        for tag in tags:
+            message["Tag"] = tag
+        if message["Root-Is-Purelib"] is None:
+            message["Root-Is-Purelib"] = "false"
+        else:
+            message.replace_header("Root-Is-Purelib", "false")
+    members[path] = edit_headers(members[path], edit)
+    return tags
+
+
+def compressed_tags(tags: list[str]) -> str:
+    """PEP 425 compressed tag set for a file name (`py3-none-linux_x86_64`)."""
+    parts = [sorted({t.split("-")[i] for t in tags}, key=[t.split("-")[i] for t in tags].index)
+             for i in range(3)]
+    return "-".join(".".join(p) for p in parts)
 
 
 def _record_hash(data: bytes) -> str:
@@ -99,11 +250,12 @@ def write_normalized(members: dict[str, bytes], modes: dict[str, int], dist_info
             archive.writestr(info, data, compresslevel=6)
 
 
-def wheel_filename(original: str, info: WheelInfo) -> str:
-    """Keep the backend's tags; rebuild the name part from METADATA (PEP 427 escaping)."""
-    tags = "-".join(original[:-4].split("-")[-3:])
+def wheel_filename(original: str, info: WheelInfo, tags: list[str] | None = None) -> str:
+    """The backend's tags (or `tags`, from WHEEL after retagging); the name part from METADATA
+    (PEP 427 escaping)."""
+    tag_part = compressed_tags(tags) if tags else "-".join(original[:-4].split("-")[-3:])
     name = re.sub(r"[-_.]+", "_", info.name).lower()
-    return f"{name}-{info.version}-{tags}.whl"
+    return f"{name}-{info.version}-{tag_part}.whl"
 
 
 def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
@@ -123,17 +275,21 @@ def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, loc
         renamed[new] = data
         new_modes[new] = modes.get(name, 0)
     meta_path, data = _metadata(renamed)
-    renamed[meta_path] = re.sub(rb"(?m)^Version: .*$", f"Version: {version}".encode(), data,
-                                count=1)
+    renamed[meta_path] = set_version(data, version)
     return renamed, new_modes, WheelInfo(info.name, version, f"{new_stem}.dist-info")
 
 
 def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
                 expected_local: str | None, torch_version: str | None,
-                provenance: dict, epoch: int, retag_local: str | None = None
+                provenance: dict, epoch: int, retag_local: str | None = None,
+                exclude: tuple[str, ...] = DEFAULT_EXCLUDE
                 ) -> tuple[Path, WheelInfo]:
-    """Write the normalized, stamped wheel into `out_dir`; return its path and metadata."""
+    """Write the normalized, stamped wheel into `out_dir`; return its path and metadata.
+
+    Members matching `exclude` are dropped (listed in `info.removed` and in the provenance);
+    a wheel that holds an ELF gets a platform tag and `Root-Is-Purelib: false`."""
     members, modes = read_wheel(built)
+    removed = drop_litter(members, exclude)
     info = read_info(members)
     if retag_local is not None:
         members, modes, info = retag(members, modes, info, retag_local)
@@ -148,12 +304,15 @@ def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
     if torch_version is not None:
         meta_path, data = _metadata(members)
         members[meta_path] = pin_torch(data, torch_version)
+    tags = platform_tag(members, info.dist_info)
     stamped = dict(provenance, version=info.version)
+    if removed:
+        stamped["removed"] = removed
     members[f"{info.dist_info}/{PROVENANCE_NAME}"] = (
         json.dumps(stamped, indent=2, sort_keys=True) + "\n").encode()
-    out = out_dir / wheel_filename(built.name, info)
+    out = out_dir / wheel_filename(built.name, info, tags)
     write_normalized(members, modes, info.dist_info, out, epoch)
-    return out, info
+    return out, WheelInfo(info.name, info.version, info.dist_info, tuple(removed))
 
 
 def read_provenance(wheel: Path) -> dict:
