@@ -49,7 +49,8 @@ def patches(session: nox.Session) -> None:
 @nox.session(python=False)
 def smoke(session: nox.Session) -> None:
     """GPU host: install wheels/ into a fresh venv, launch the PD pair + router, run checks
-    (-- --model PATH, --profile NAME, --dry-run). The smoke builds its own venv from the lock."""
+    (-- --model PATH|tiny, --profile NAME, --dry-run, --python PATH). It builds its own venv
+    from the lock, unless --python/--venv names an existing environment."""
     _sglforge(session, "smoke")
 
 

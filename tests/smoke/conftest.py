@@ -23,6 +23,7 @@ import tomli_w
 
 HERE = Path(__file__).parent
 STANDIN = HERE / "standin_server.py"
+STANDIN_ROUTER = HERE / "standin_router.py"
 
 
 def _record_hash(data: bytes) -> str:
@@ -92,7 +93,8 @@ class SmokeProject:
     def write_profile(self, name: str = "standin", *, prefill_env: dict | None = None,
                       decode_env: dict | None = None, timeouts: dict | None = None,
                       checks: dict | None = None, server_command: list[str] | None = None,
-                      router_command: list[str] | None = None) -> Path:
+                      router_command: list[str] | None = None,
+                      router_extra: dict | None = None, top_extra: dict | None = None) -> Path:
         profile = {
             "description": "stand-in PD pair for tests",
             "model": "standin-model", "backend": "nixl", "host": "127.0.0.1",
@@ -109,21 +111,23 @@ class SmokeProject:
             # tiny test wheels).
             "router": {"command": router_command
                        or [sys.executable, "-m", "sglang_router.launch_router"],
-                       "port": self.ports["router"]},
+                       "port": self.ports["router"], **(router_extra or {})},
             "timeouts": {"health": 20, "health-generate": 10, "router": 30, "request": 20,
                          "teardown": 5, **(timeouts or {})},
             "checks": {"needle-lengths": [256, 1024, 2048, 4096], "needle-must-recall": [256],
                        "words-per-token": 1.0, "concurrency": 8, "max-new-tokens": 8,
                        **(checks or {})},
         }
+        profile.update(top_extra or {})
         path = self.root / "profiles" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tomli_w.dumps(profile))
         return path
 
-    def smoke(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    def smoke(self, *args: str, timeout: float = 120,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(self.command("smoke", *args), capture_output=True, text=True,
-                              timeout=timeout, env=self.env(), check=False)
+                              timeout=timeout, env={**self.env(), **(env or {})}, check=False)
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "sglforge", "--project", str(self.root), *args]

@@ -16,6 +16,8 @@ Knobs (environment, so a profile's per-role `env` can set them):
   STANDIN_SPAWN_CHILD=1      start a sleeping child process (like SGLang's scheduler
                              subprocesses) to prove teardown reaches the whole process group
   STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM, so teardown must escalate to SIGKILL
+  STANDIN_REQUIRE_MODULE=M   exit with status 4 at start unless module M is importable (proves
+                             a PYTHONPATH overlay reaches the servers)
 Standard library only: it runs under any Python.
 """
 
@@ -242,6 +244,14 @@ def main() -> None:
     parser.add_argument("--disaggregation-mode", default="null")
     parser.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
     args, ignored = parser.parse_known_args()
+    required = os.environ.get("STANDIN_REQUIRE_MODULE")
+    if required:
+        import importlib.util
+
+        if importlib.util.find_spec(required) is None:
+            log(f"module {required!r} is not importable; PYTHONPATH="
+                f"{os.environ.get('PYTHONPATH')!r}")
+            sys.exit(4)
     state = State(args)
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))

@@ -1,8 +1,9 @@
-"""Verbs `smoke` and `doctor`."""
+"""Verbs `smoke`, `doctor` and `tiny-model`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +13,12 @@ DEFAULT_PROFILE = "dsv4-flash-pd"
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help=f"profile name in profiles/ or a path to a .toml (default {DEFAULT_PROFILE})")
-    p.add_argument("--model", default=None, help="model path (overrides the profile's model)")
+    p.add_argument("--model", default=None,
+                   help="model path (overrides the profile's model); 'tiny' generates a small "
+                        "random-weight Llama into the run directory")
+    p.add_argument("--python", type=Path, default=None, metavar="PATH",
+                   help="run against the existing environment of this interpreter: install "
+                        "nothing, ignore wheels/, record its installed versions, check it")
     p.add_argument("--wheels-dir", type=Path, default=None, help="default: <project>/wheels")
     p.add_argument("--lock", type=Path, default=None,
                    help="hash-pinned requirements (default: <project>/lockfiles/wheels.lock)")
@@ -26,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="run directory for venv, logs and report "
                         "(default: <project>/build/smoke/<profile>)")
     p.add_argument("--venv", type=Path, default=None,
-                   help="use this existing venv instead of installing a fresh one")
+                   help="use this existing venv instead of installing a fresh one (without a "
+                        "wheel set in the project: like --python VENV/bin/python)")
     p.add_argument("--wheelhouse", type=Path, default=None,
                    help="directory of third-party wheels pinned in the lock (find-links)")
     p.add_argument("--index-url", default=None, help="index for third-party pins in the lock")
@@ -40,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--venv", type=Path, default=None,
                    help="venv whose torch is checked (default: the smoke run's venv if present)")
     p.set_defaults(func=run_doctor_verb)
+
+    p = subparsers.add_parser(
+        "tiny-model", help="write a small random-weight Llama (config, safetensors, tokenizer "
+                           "trained offline) for a weight-free smoke")
+    p.add_argument("dir", type=Path, help="output directory")
+    p.add_argument("--force", action="store_true", help="overwrite an existing model there")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_tiny_model_verb)
 
 
 def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
@@ -57,18 +72,32 @@ def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
         profile = replace(profile, install=InstallSpec(
             wheelhouse=wheelhouse.resolve() if wheelhouse else profile.install.wheelhouse,
             index_url=index_url or profile.install.index_url))
+    from sglforge.base.errors import SglforgeError
+
     out = getattr(args, "out", None)
     run_dir = (out or project.root / "build" / "smoke" / profile.name).resolve()
+    tiny = profile.tiny_model
+    if tiny:
+        profile = profile.with_model(str(run_dir / "tiny-model"))
     venv = args.venv.resolve() if args.venv else None
     if venv is not None and not (venv / "bin" / "python").exists():
-        from sglforge.base.errors import SglforgeError
-
         raise SglforgeError(f"--venv {venv}: no bin/python there",
                             hint="run the smoke once without --venv to create it")
+    wheels_dir = (args.wheels_dir or project.wheels_dir).resolve()
+    python = None
+    if args.python is not None:
+        if venv is not None:
+            raise SglforgeError("--python and --venv name the environment twice; pass one")
+        # Not resolved: a venv's bin/python is a symlink whose target lacks the venv's site.
+        python = Path(os.path.abspath(args.python))
+        if not python.is_file() or not os.access(python, os.X_OK):
+            raise SglforgeError(f"--python {args.python}: not an executable file")
+    elif venv is not None and not (wheels_dir / "manifest.json").exists():
+        python = venv / "bin" / "python"  # an existing env, not one the smoke installed
     return SmokeOptions(
-        profile=profile, project_root=project.root, run_dir=run_dir,
-        wheels_dir=(args.wheels_dir or project.wheels_dir).resolve(),
-        lock=(args.lock or project.wheels_lock).resolve(), reuse_venv=venv)
+        profile=profile, project_root=project.root, run_dir=run_dir, wheels_dir=wheels_dir,
+        lock=(args.lock or project.wheels_lock).resolve(), reuse_venv=None if python else venv,
+        existing_python=python, tiny_model=tiny)
 
 
 def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
@@ -88,14 +117,24 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.smoke.wheelset import load_wheelset
 
     opts = _options(args, ctx)
-    try:
-        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
-    except SglforgeError as exc:
-        print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
-              file=sys.stderr)
-        wheelset = None
-    venv = opts.reuse_venv or opts.run_dir / "venv"
-    facts = doctor.gather_host_facts(opts.profile, venv_python(venv))
+    env = None
+    wheelset = None
+    if opts.existing_python:
+        from sglforge.smoke.environment import probe_environment
+
+        env = probe_environment(opts.existing_python)
+        python = opts.existing_python
+    else:
+        try:
+            wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+        except SglforgeError as exc:
+            print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped", file=sys.stderr)
+        python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
+    facts = doctor.gather_host_facts(opts.profile, python, env)
+    if opts.tiny_model:  # the smoke generates it into the run directory
+        from dataclasses import replace
+
+        facts = replace(facts, model_exists=None)
     findings = doctor.diagnose(opts.profile, wheelset, facts)
     for finding in findings:
         print(finding.render())
@@ -104,3 +143,11 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
           f"{opts.profile.name}")
     return 1 if errors else 0
+
+
+def run_tiny_model_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001, ARG001
+    from sglforge.smoke.tinymodel import write_tiny_model
+
+    summary = write_tiny_model(args.dir, seed=args.seed, force=args.force)
+    print(summary)
+    return 0

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.smoke.environment import REQUIRED_FOR_GPU, EnvStack
 from sglforge.smoke.install import installed_version
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.wheelset import WheelSet
@@ -26,6 +27,10 @@ MIN_DRIVER_FOR_CUDA13 = (580, 65, 6)
 # Upstreams that compile kernels at runtime for the live GPU (upstreams.md §10.4): they need
 # nvcc/NVRTC and the CUDA headers on the serving host.
 JIT_UPSTREAMS = ("deepgemm", "deep-gemm", "tilelang", "flashinfer")
+# Distributions that carry device code; in an existing environment their archs are known only
+# when sglforge built them (sglforge-build.json).
+DEVICE_CODE_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin", "flashinfer-jit-cache",
+                        "sgl-deep-gemm", "tilelang", "nixl-cu13", "nixl-cu12", "torch")
 
 ERROR, WARNING, OK = "error", "warning", "ok"
 
@@ -54,6 +59,7 @@ class HostFacts:
     torch_version: str | None = None
     busy_ports: dict[int, str] = field(default_factory=dict)  # port -> why it is unusable
     model_exists: bool | None = None  # None: not a local path
+    env: EnvStack | None = None  # the existing environment the smoke runs (--python)
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,8 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-def gather_host_facts(profile: SmokeProfile, venv_python: Path | None) -> HostFacts:
+def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
+                      env: EnvStack | None = None) -> HostFacts:
     gpus: tuple[GpuInfo, ...] = ()
     driver = None
     smi_error = None
@@ -103,13 +110,17 @@ def gather_host_facts(profile: SmokeProfile, venv_python: Path | None) -> HostFa
         nvcc_version = match.group(1) if match else None
     model = profile.model
     model_exists = Path(model).exists() if model.startswith(("/", ".", "~")) else None
+    torch_version = installed_version(venv_python, "torch") if venv_python else None
+    if env is not None:
+        torch = env.get("torch")
+        torch_version = torch.version if torch else None
     return HostFacts(
         nvidia_smi_error=smi_error, gpus=gpus, driver_version=driver,
         numa_nodes=_numa_nodes(), numactl=shutil.which("numactl"), nvcc=nvcc,
         nvcc_version=nvcc_version, cuda_include=_cuda_include(nvcc),
         venv_python=str(venv_python) if venv_python and venv_python.exists() else None,
-        torch_version=installed_version(venv_python, "torch") if venv_python else None,
-        busy_ports=busy_ports(profile.ports(), profile.host), model_exists=model_exists)
+        torch_version=torch_version, busy_ports=busy_ports(profile.ports(), profile.host),
+        model_exists=model_exists, env=env)
 
 
 def _parse_gpu_query(out: str, topo: dict[int, int | None]) -> tuple[tuple[GpuInfo, ...], str | None]:
@@ -219,6 +230,8 @@ def diagnose(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts)
         findings.append(Finding("gpu", OK, "GPU, driver, arch, CUDA toolkit and GPU-NUMA checks "
                                 "skipped: profile sets requires-gpu = false"))
     findings += _torch(wheelset, facts)
+    if facts.env is not None:
+        findings += _environment(profile, facts, facts.env)
     return findings
 
 
@@ -424,6 +437,127 @@ def _torch(wheelset: WheelSet | None, facts: HostFacts) -> list[Finding]:
                         f"pin torch=={need} in lockfiles/wheels.lock, or rebuild the wheels "
                         f"against torch {facts.torch_version}")]
     return [Finding("torch", OK, f"torch {facts.torch_version} matches {names}")]
+
+
+def _environment(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -> list[Finding]:
+    """The existing environment (--python): packages, device code, torch/CUDA, NIXL plugin."""
+    out: list[Finding] = []
+    where = f"{env.python} (Python {env.python_version})"
+    if profile.requires_gpu:
+        missing = [n for n in REQUIRED_FOR_GPU if env.get(n) is None]
+        if missing:
+            out.append(Finding("environment", ERROR, f"{', '.join(missing)} not installed for "
+                               f"{where}", "pass the interpreter of the serving stack, or put "
+                               "the stack on PYTHONPATH before running the smoke"))
+    for package in env.packages:
+        if package.problem:
+            out.append(Finding("environment", WARNING, f"{package.name}: unreadable sglforge "
+                               f"provenance: {package.problem}"))
+    out += _environment_archs(profile, facts, env)
+    out += _environment_torch(profile, facts, env)
+    out += _environment_nixl(profile, env)
+    built = [f"{p.name} {p.version}" for p in env.built_by_sglforge()]
+    out.append(Finding("environment", OK, f"{where}: {len(env.packages)} stack package(s); "
+                       f"built by sglforge: {', '.join(built) or 'none'}"))
+    return out
+
+
+def _environment_archs(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -> list[Finding]:
+    if not profile.requires_gpu or facts.nvidia_smi_error:
+        return []
+    present = {g.index: g for g in facts.gpus}
+    wanted = sorted({g for role in profile.roles for g in role.gpus})
+    out = []
+    for package in env.built_by_sglforge():
+        archs = package.provenance.cuda_archs if package.provenance else ()
+        for index in wanted:
+            gpu = present.get(index)
+            if not archs or gpu is None or any(arch_runs_on(a, gpu.compute_cap) for a in archs):
+                continue
+            sm = "sm_" + gpu.compute_cap.replace(".", "")
+            out.append(Finding(
+                "arch", ERROR,
+                f"{package.name} {package.version} (built by sglforge) has device code for "
+                f"{', '.join(archs)} only; GPU {index} ({gpu.name}) is compute capability "
+                f"{gpu.compute_cap} ({sm}) — its kernels would fail with 'no kernel image is "
+                "available'",
+                f"add {sm}a to cuda-archs in the recipe for {package.name} and rebuild, or use a "
+                "stack built for this GPU"))
+            break
+    unknown = sorted(p.name for p in env.packages if p.provenance is None
+                     and p.name.lower().replace("_", "-") in DEVICE_CODE_PACKAGES)
+    if unknown:
+        ccs = sorted({present[i].compute_cap for i in wanted if i in present})
+        out.append(Finding(
+            "arch", WARNING,
+            f"device code of {', '.join(unknown)} is not recorded (not built by sglforge); "
+            f"not checked against compute capability {', '.join(ccs) or '?'}",
+            "a missing arch shows at launch as 'no kernel image is available' in the logs"))
+    if not out:
+        out.append(Finding("arch", OK, "device code of sglforge-built packages runs on GPUs "
+                           f"{wanted}"))
+    return out
+
+
+def _environment_torch(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -> list[Finding]:
+    torch = env.get("torch")
+    bound = {p.name: p.provenance.requires_torch for p in env.built_by_sglforge()
+             if p.provenance and p.provenance.requires_torch}
+    if torch is None:
+        if not bound:
+            return []
+        return [Finding("torch", ERROR, f"torch is not installed for {env.python}; "
+                        f"{', '.join(sorted(bound))} need torch "
+                        f"{', '.join(sorted(set(bound.values())))}")]
+    out = []
+    public = torch.version.split("+")[0]
+    for name, need in sorted(bound.items()):
+        if need.split("+")[0] != public:
+            out.append(Finding("torch", ERROR, f"installed torch {torch.version} but {name} was "
+                               f"built against torch {need}; importing it fails with 'undefined "
+                               "symbol' (libtorch ABI)",
+                               f"rebuild {name} against torch {public} (toolchain.toml)"))
+    cuda = env.torch_cuda
+    for package in env.built_by_sglforge():
+        built_cuda = package.provenance.toolchain.get("cuda") if package.provenance else None
+        if cuda and built_cuda and package.provenance and package.provenance.cuda_archs \
+                and built_cuda.split(".")[0] != cuda.split(".")[0]:
+            out.append(Finding("torch", ERROR, f"torch {torch.version} is built for CUDA {cuda}, "
+                               f"{package.name} for CUDA {built_cuda}"))
+    jit = sorted(p.name for p in env.packages
+                 if any(u in p.name.lower() for u in JIT_UPSTREAMS))
+    if profile.requires_gpu and jit:
+        if facts.nvcc is None:
+            out.append(Finding("cuda-toolkit", ERROR, f"nvcc not found; {', '.join(jit)} "
+                               "compile kernels at runtime for the live GPU",
+                               "put the CUDA toolkit's bin/ on PATH or set CUDA_HOME"))
+        elif cuda and facts.nvcc_version and \
+                facts.nvcc_version.split(".")[0] != cuda.split(".")[0]:
+            out.append(Finding("cuda-toolkit", WARNING, f"nvcc {facts.nvcc_version} but torch "
+                               f"is built for CUDA {cuda}; JIT kernels ({', '.join(jit)}) may "
+                               "not load"))
+    if not out:
+        out.append(Finding("torch", OK, f"torch {torch.version} (CUDA {cuda or '?'})"
+                           + (f" matches {', '.join(sorted(bound))}" if bound else "")))
+    return out
+
+
+def _environment_nixl(profile: SmokeProfile, env: EnvStack) -> list[Finding]:
+    if profile.backend != "nixl" or not profile.requires_gpu:
+        return []
+    plugin = profile.server.env.get("SGLANG_DISAGGREGATION_NIXL_BACKEND", "UCX")
+    if env.nixl_module is None:
+        return [Finding("nixl", ERROR, f"backend = \"nixl\" but no NIXL package (nixl-cu13) is "
+                        f"installed for {env.python}",
+                        "install nixl-cu13 into the environment (or on PYTHONPATH)")]
+    found = [p for p in env.nixl_plugins if os.path.basename(p).startswith(f"libplugin_{plugin}")]
+    if not found:
+        seen = ", ".join(os.path.basename(p) for p in env.nixl_plugins) or "none"
+        return [Finding("nixl", WARNING, f"{env.nixl_module}: no libplugin_{plugin}*.so beside "
+                        f"the package (found: {seen})",
+                        "SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin NIXL loads; the "
+                        "decode side fails at the first KV transfer without it")]
+    return [Finding("nixl", OK, f"{env.nixl_module} with plugin {found[0]}")]
 
 
 def blocking(findings: list[Finding]) -> list[Finding]:

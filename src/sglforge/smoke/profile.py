@@ -31,6 +31,13 @@ MAX_NEEDLE_TOKENS = 1 << 20  # 1M-token prompts; DeepSeek-V4-Flash's context is 
 MAX_NEW_TOKENS = 1 << 20
 MAX_GPUS_INDEX = 1023
 HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]{2,45}\]?"
+# `model = "tiny"`: a small random-weight Llama generated into the run directory
+# (`sglforge tiny-model`), so a smoke needs no downloaded weights.
+TINY_MODEL = "tiny"
+# The router endpoint the smoke waits on. sglang-router's /health answers 200 as soon as the
+# router listens, before any worker is registered; /readiness answers 200 only once healthy
+# prefill and decode workers are registered (503 "insufficient healthy workers" before).
+DEFAULT_ROUTER_READY_PATH = "/readiness"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class RouterSpec:
     port: int
     args: tuple[str, ...]
     env: dict[str, str]
+    ready_path: str = DEFAULT_ROUTER_READY_PATH
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,11 @@ class SmokeProfile:
     router: RouterSpec
     timeouts: Timeouts
     checks: ChecksSpec
+    share_gpus: bool = False  # prefill and decode may list the same GPUs (1-GPU hosts)
+
+    @property
+    def tiny_model(self) -> bool:
+        return self.model == TINY_MODEL
 
     @property
     def roles(self) -> tuple[RoleSpec, RoleSpec]:
@@ -159,6 +172,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     host = top.str("host", pattern=HOST, describe="a host name or IP address") or "127.0.0.1"
     requires_gpu = top.bool("requires-gpu", default=True)
     numa_binding = top.bool("numa-binding", default=True)
+    share_gpus = top.bool("share-gpus", default=False)
 
     def sub(name: str, required: bool = False) -> TableReader:
         table = top.table(name, required=required) or {}
@@ -200,16 +214,20 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
             args=tuple(r.str_list("args") or []), env=r.str_table("env"))
         r.finish()
     overlap = set(roles["prefill"].gpus) & set(roles["decode"].gpus)
-    if overlap:
-        problems.add(f"[prefill] and [decode] share GPUs {sorted(overlap)}; "
-                     "each role needs its own GPUs")
+    if overlap and not share_gpus:
+        problems.add(f"[prefill] and [decode] share GPUs {sorted(overlap)}; each role needs its "
+                     "own GPUs, or set share-gpus = true (and a --mem-fraction-static per role "
+                     "that leaves room for the other) to run both on one GPU")
 
     router_r = sub("router", required=True)
     router = RouterSpec(
         command=tuple(router_r.str_list("command")
                       or ["{python}", "-m", "sglang_router.launch_router"]),
         port=router_r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
-        args=tuple(router_r.str_list("args") or []), env=router_r.str_table("env"))
+        args=tuple(router_r.str_list("args") or []), env=router_r.str_table("env"),
+        ready_path=router_r.str("ready-path") or DEFAULT_ROUTER_READY_PATH)
+    if not router.ready_path.startswith("/"):
+        router_r.error("ready-path", f"must start with '/', got {router.ready_path!r}")
     router_r.finish()
 
     t = sub("timeouts")
@@ -253,7 +271,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         name=path.stem, path=path, description=description, model=model, backend=backend,
         host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
         server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
-        timeouts=timeouts, checks=checks)
+        timeouts=timeouts, checks=checks, share_gpus=share_gpus)
 
 
 def _seconds(reader: TableReader, key: str, default: float) -> float:

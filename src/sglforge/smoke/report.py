@@ -55,6 +55,7 @@ class SmokeReport:
     doctor: list[Finding] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     versions: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)  # --python: the probed env
     processes: list[dict[str, Any]] = field(default_factory=list)
     teardown: dict[str, Any] = field(default_factory=dict)
     host: dict[str, str] = field(default_factory=lambda: {
@@ -109,7 +110,14 @@ class SmokeReport:
         head = self.headline_metrics()
         lines += ["", f"TTFT {head['ttft_s']} s; decode {head['decode_tokens_per_s']} tokens/s; "
                   f"concurrent {head['concurrent_tokens_per_s']} tokens/s"]
-        if self.versions:
+        if self.versions and self.environment:
+            lines += ["", f"environment {self.environment.get('python')} (installed "
+                      "versions; sglforge provenance where the dist-info has it):"]
+            for name, v in sorted(self.versions.items()):
+                origin = (f"sglforge: {v['upstream']}@{str(v['commit'])[:12]}"
+                          if v.get("upstream") else v.get("origin", "?"))
+                lines += [f"  {name} {v['version']}  [{origin}]"]
+        elif self.versions:
             lines += ["", "wheels (from their sglforge-build.json):"]
             for name, v in sorted(self.versions.items()):
                 archs = ",".join(v.get("cuda_archs") or []) or "no device code"

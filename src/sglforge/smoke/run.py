@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +21,7 @@ from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: l
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
+from sglforge.smoke.environment import probe_environment
 from sglforge.smoke.install import (
     InstallPlan,
     install,
@@ -45,17 +46,26 @@ class SmokeOptions:
     wheels_dir: Path
     lock: Path
     reuse_venv: Path | None  # an existing venv: skip the install step (iterating on a host)
+    # An existing environment's interpreter (--python, or --venv where the project has no
+    # wheel set): nothing is installed and wheels/ is not read; the report records what is
+    # installed there, and the doctor checks that environment.
+    existing_python: Path | None = None
+    tiny_model: bool = False  # generate the profile's model (`model = "tiny"`) into run_dir
 
     @property
     def venv(self) -> Path:
         return self.reuse_venv or self.run_dir / "venv"
 
+    @property
+    def python(self) -> Path:
+        """The interpreter the servers and router run under."""
+        return self.existing_python or venv_python(self.venv)
+
     def install_plan(self) -> InstallPlan:
         return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install)
 
     def launch_plan(self) -> LaunchPlan:
-        return build_launch_plan(self.profile, venv_python(self.venv), self.run_dir,
-                                 self.project_root)
+        return build_launch_plan(self.profile, self.python, self.run_dir, self.project_root)
 
 
 class SmokeFailed(Exception):
@@ -69,20 +79,30 @@ def dry_run_text(opts: SmokeOptions) -> str:
     lines = [f"# sglforge smoke --dry-run: profile {p.name} ({p.path})",
              f"# model {p.model}; transfer backend {p.backend}; run directory {opts.run_dir}",
              "# nothing below has been started", ""]
-    try:
-        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
-        lines.append(f"# wheels: {len(wheelset.wheels)} from {opts.wheels_dir}/manifest.json, "
-                     f"agreeing with {opts.lock} ({len(wheelset.third_party)} third-party pins)")
-    except SglforgeError as exc:
-        first = str(exc).splitlines()[0]
-        lines.append(f"# wheels: NOT READY ({first}); a real run refuses to start")
+    if opts.existing_python:
+        lines.append(f"# stack: the existing environment of {opts.existing_python} (versions "
+                     "recorded in the report; wheels/ not used)")
+    else:
+        try:
+            wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+            lines.append(f"# wheels: {len(wheelset.wheels)} from {opts.wheels_dir}/manifest.json"
+                         f", agreeing with {opts.lock} ({len(wheelset.third_party)} third-party "
+                         "pins)")
+        except SglforgeError as exc:
+            first = str(exc).splitlines()[0]
+            lines.append(f"# wheels: NOT READY ({first}); a real run refuses to start")
     plan = opts.install_plan()
     lines += ["", "## 1. preflight: sglforge doctor (GPU archs, driver, torch, CUDA, ports, NUMA)",
-              "", "## 2. install into a fresh venv"]
-    if opts.reuse_venv:
+              "", "## 2. install" + ("" if opts.existing_python else " into a fresh venv")]
+    if opts.existing_python:
+        lines.append(f"# existing environment {opts.existing_python} (--python): no install")
+    elif opts.reuse_venv:
         lines.append(f"# reusing {opts.reuse_venv} (--venv): no install")
     else:
         lines += [_shell({}, plan.create), _shell(plan.env, plan.pip)]
+    if opts.tiny_model:
+        lines += [(f"# model: a tiny random-weight Llama generated into {p.model} "
+                   f"(`{opts.python} -m sglforge tiny-model {p.model}`)")]
     launch = opts.launch_plan()
     lines += ["", f"## 3. launch, each in its own process group; logs in {opts.run_dir}/logs"]
     t = p.timeouts
@@ -91,7 +111,7 @@ def dry_run_text(opts: SmokeOptions) -> str:
                   f"# ready: GET {command.url}/health within {t.health:g} s, then "
                   f"GET {command.url}/health_generate within {t.health_generate:g} s"]
     lines += ["", f"# {launch.router.summary}", launch.router.shell(),
-              f"# ready: GET {launch.router.url}/health within {t.router:g} s",
+              f"# ready: GET {launch.router.url}{p.router.ready_path} within {t.router:g} s",
               "", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
               f"# needle lengths {list(p.checks.needle_lengths)} tokens; must recall "
               f"{list(p.checks.needle_must_recall)}; concurrency {p.checks.concurrency}",
@@ -216,21 +236,38 @@ def _print_failure(failure: Failure, err: TextIO) -> None:
 def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
               processes: ProcessSet) -> int:
     profile = opts.profile
-    with steps.stage("wheels") as detail:
-        wheelset = load_wheelset(opts.wheels_dir, opts.lock)
-        report.versions = wheelset.versions()
-        detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
+    wheelset: WheelSet | None = None
+    env = None
+    if opts.existing_python:
+        with steps.stage("environment") as detail:
+            env = probe_environment(opts.existing_python)
+            report.versions = env.versions()
+            report.environment = env.summary()
+            built = [p.name for p in env.built_by_sglforge()]
+            detail.append(f"{opts.existing_python}: {len(env.packages)} stack packages, built "
+                          f"by sglforge: {', '.join(built) or 'none'}")
+    else:
+        with steps.stage("wheels") as detail:
+            wheelset = load_wheelset(opts.wheels_dir, opts.lock)
+            report.versions = wheelset.versions()
+            detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
 
-    python = venv_python(opts.venv)
+    python = opts.python
     with steps.stage("doctor") as detail:
-        facts = doctor.gather_host_facts(profile, python if opts.reuse_venv else None)
+        probed = python if (opts.reuse_venv or opts.existing_python) else None
+        facts = doctor.gather_host_facts(profile, probed, env)
+        if opts.tiny_model:  # generated after the doctor, into the run directory
+            facts = replace(facts, model_exists=None)
         report.host.update(_host_summary(facts))
         _judge(profile, wheelset, facts, report, steps, detail)
 
     with steps.stage("install") as detail:
-        if opts.reuse_venv:
+        if opts.existing_python:
+            detail.append(f"existing environment {opts.existing_python}: nothing installed")
+        elif opts.reuse_venv:
             detail.append(f"reusing {opts.reuse_venv}")
         else:
+            assert wheelset is not None
             install(opts.install_plan(), wheelset, opts.run_dir / "logs" / "install.log")
             detail.append(f"fresh venv {opts.venv}")
             # torch is only known once the venv exists: check the ABI pin again now.
@@ -246,9 +283,18 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         missing = missing_launch_modules(python, {"[server] command": profile.server.command,
                                                   "[router] command": profile.router.command})
         if missing:
-            raise SmokeFailed(Failure("install", "; ".join(missing) + " — pin the package "
-                                      "(e.g. sglang-router==0.3.2 with its hash) in "
-                                      f"{opts.lock.name}, or point the command elsewhere"))
+            fix = ("install it into that environment or put it on PYTHONPATH"
+                   if opts.existing_python else "pin the package (e.g. sglang-router==0.3.2 "
+                   f"with its hash) in {opts.lock.name}")
+            raise SmokeFailed(Failure("install", "; ".join(missing) + f" — {fix}, or point the "
+                                      "command elsewhere"))
+
+    if opts.tiny_model:
+        with steps.stage("model") as detail:
+            log = opts.run_dir / "logs" / "tiny-model.log"
+            model = Path(profile.model)
+            seconds = tiny_model_in(python, model, log)
+            detail.append(f"tiny random-weight model in {model} ({seconds:.1f} s, log {log})")
 
     plan = opts.launch_plan()
     timeouts = profile.timeouts
@@ -277,7 +323,8 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                      "pgid": router.pgid, "argv": list(plan.router.argv),
                                      "env": plan.router.env, "log": str(plan.router.log)})
             _write_processes(opts.run_dir, report)
-            waited = wait_ready(processes, router, "/health", timeouts.router)
+            # Not /health: the router answers it before any worker is registered.
+            waited = wait_ready(processes, router, profile.router.ready_path, timeouts.router)
             detail.append(f"ready after {waited:.1f} s")
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
                            timeout=timeouts.request)
@@ -316,7 +363,31 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             log_tail=log_tail(process.command.log))) from None
 
 
-def _judge(profile: SmokeProfile, wheelset: WheelSet, facts: doctor.HostFacts,
+def tiny_model_in(python: Path, model: Path, log: Path) -> float:
+    """Generate the tiny model with the stack's interpreter (it has torch and transformers;
+    sglforge itself comes from this process's import path)."""
+    import os
+    import subprocess
+
+    import sglforge
+
+    start = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    package_root = str(Path(sglforge.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    argv = [str(python), "-m", "sglforge", "tiny-model", str(model), "--force"]
+    with open(log, "w") as out:
+        out.write(f"$ PYTHONPATH={path} {' '.join(argv)}\n")
+        out.flush()
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path})
+    if result.returncode != 0:
+        raise SmokeFailed(Failure("model", f"generating the tiny model failed (exit "
+                                  f"{result.returncode})", log=str(log), log_tail=log_tail(log)))
+    return time.monotonic() - start
+
+
+def _judge(profile: SmokeProfile, wheelset: WheelSet | None, facts: doctor.HostFacts,
            report: SmokeReport, steps: _Stages, detail: list[str]) -> None:
     findings = doctor.diagnose(profile, wheelset, facts)
     report.doctor = findings
