@@ -128,7 +128,8 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         try:
             wheelset = load_wheelset(opts.wheels_dir, opts.lock)
         except SglforgeError as exc:
-            print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped", file=sys.stderr)
+            print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
+                  file=sys.stderr)
         python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
     facts = doctor.gather_host_facts(opts.profile, python, env)
     if opts.tiny_model:  # the smoke generates it into the run directory
