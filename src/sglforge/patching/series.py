@@ -125,6 +125,8 @@ class PatchSeries:
 
 def parse_series(path: Path, upstream: str) -> PatchSeries:
     """Parse `path` (missing file = empty series). All problems are reported together."""
+    if path.is_symlink():  # a link in a pull request could read any file on the build host
+        raise ConfigErrors(path, ["the series file is a symbolic link; it must be a regular file"])
     if not path.exists():
         return PatchSeries(upstream, path, b"", ())
     try:
@@ -156,6 +158,10 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
                                 f"{path.parent} (NNNN-slug.patch, no directories)")
                 continue
             file = path.parent / name
+            if file.is_symlink():
+                problems.append(f"{where}: patch file {file} is a symbolic link; patches must be "
+                                "regular files (a link could read any file on the build host)")
+                continue
             if not file.is_file():
                 problems.append(f"{where}: patch file {file} does not exist")
                 continue
