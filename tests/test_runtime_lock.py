@@ -194,3 +194,16 @@ def test_the_committed_runtime_lock_matches_its_input() -> None:
     assert names["torch"] == "2.13.0" and names["sglang-router"] == "0.3.2"
     assert {"transformers", "triton", "nvidia-nccl-cu13"} <= set(names)
     assert textwrap.dedent(source.read_text()).count(runtime.GENERATED_MARKER) == 1
+
+
+def test_input_staleness_against_the_wheels(tmp_path: Path) -> None:
+    metadata = [_meta("sglang", "aiohttp", "numpy>=2; python_version >= '3.11'")]
+    source = tmp_path / "runtime.in"
+    source.write_text("sglang-router==0.3.2\n")
+    assert "no generated part" in runtime.runtime_input_is_stale(source, metadata, OURS, "3.12")
+    lines = runtime.derive_requirements(metadata, OURS, "3.12", "2.13.0")
+    source.write_text(runtime.render_input("# hand\n", metadata, lines, "3.12"))
+    assert runtime.runtime_input_is_stale(source, metadata, OURS, "3.12", "2.13.0") is None
+    newer = [_meta("sglang", "aiohttp", "numpy>=2.1")]
+    reason = runtime.runtime_input_is_stale(source, newer, OURS, "3.12", "2.13.0")
+    assert "new: numpy>=2.1; gone: numpy>=2" in reason

@@ -265,3 +265,21 @@ def compile_lock(uv: str, input_path: Path, lock_path: Path, python: str, ours: 
 def input_path(project) -> Path:
     """`lockfiles/runtime.in`, beside the lock it generates."""
     return project.runtime_lock.with_name("runtime.in")
+
+
+def runtime_input_is_stale(input_file: Path, metadata: list[Metadata], ours: set[str],
+                           python: str, torch: str | None = None) -> str | None:
+    """Why the generated part of `input_file` differs from what `metadata` (the built wheels)
+    derives (None: it matches). With `runtime_lock_is_stale`: wheels -> runtime.in -> lock."""
+    text = read_input_text(input_file) if input_file.exists() else ""
+    if GENERATED_MARKER not in text:
+        return f"{input_file} has no generated part; run `nox -s lock-runtime`"
+    have = [line for _, line in logical_lines(text.split(GENERATED_MARKER, 1)[1])]
+    want = [line.split("  # <- ", 1)[0]
+            for line in derive_requirements(metadata, ours, python, torch)]
+    if have == want:
+        return None
+    added, gone = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    return (f"{input_file.name} does not match the wheels' metadata (new: "
+            f"{', '.join(added) or '-'}; gone: {', '.join(gone) or '-'}); run "
+            "`nox -s lock-runtime`")
