@@ -67,11 +67,12 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     env = {**os.environ, "PIP_NO_INDEX": "1", "SGLFORGE_USE_UV": "0",
-           "PIP_FIND_LINKS": "", "PYTHONNOUSERSITE": "1"}
+           "PIP_FIND_LINKS": str(tmp_path / "decoy-links"), "PYTHONNOUSERSITE": "1"}
     run = subprocess.run(["sh", str(bundle / "install.sh"), str(python)], capture_output=True,
                          text=True, env=env, cwd=tmp_path, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SHA256SUMS OK (6 files)" in run.stdout
+    assert "decoy-links" not in run.stdout + run.stderr  # only the bundle's wheels/
     code = ("import importlib.metadata as m; "
             "print(*(m.version(n) for n in ('sglang', 'sglang-kernel', 'tinydep')))")
     versions = subprocess.run([str(python), "-c", code], capture_output=True, text=True,

@@ -69,8 +69,10 @@ if bad:
     sys.exit("install.sh: SHA256SUMS check failed; nothing installed:\n  " + "\n  ".join(bad))
 print(f"install.sh: SHA256SUMS OK ({count} files)")
 EOF
-# The lock alone decides what installs: no user/site pip.conf indexes or constraints.
+# The lock alone decides what installs: no pip.conf, no find-links or constraints from the
+# environment (hashes would refuse strangers anyway; this keeps the log honest).
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+unset PIP_FIND_LINKS PIP_CONSTRAINT UV_FIND_LINKS UV_CONSTRAINT 2>/dev/null || true
 if [ "${SGLFORGE_USE_UV:-1}" != 0 ] && command -v uv >/dev/null 2>&1; then
     set -x
     exec uv pip install --python "$python" --require-hashes --no-index --only-binary :all: \
