@@ -20,6 +20,7 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
 UNIDIFF = "unidiff>=1.0,<2"  # as in pyproject.toml
+UV = "uv==0.13.9"  # the resolver of lockfiles/runtime.lock (sglforge.wheel.runtime.UV_VERSION)
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
@@ -106,3 +107,19 @@ def verify(session: nox.Session) -> None:
     """Rebuild from scratch and compare sha256 with wheels/manifest.json (-- [NAMES...])."""
     _install_build_requirements(session)
     session.run("sglforge", "verify", *session.posargs)
+
+
+@nox.session(name="lock-runtime", default=False)
+def lock_runtime(session: nox.Session) -> None:
+    """Rewrite lockfiles/runtime.in from wheels/ (or -- --metadata FILE...) and resolve it with
+    uv into the hash-pinned lockfiles/runtime.lock (needs PyPI; changes the repository)."""
+    session.install(UV, ".")
+    session.run("sglforge", "lock-runtime", *session.posargs,
+                env={"SGLFORGE_UV": os.path.join(session.bin, "uv")})
+
+
+@nox.session(python=False)
+def bundle(session: nox.Session) -> None:
+    """dist/<name>-<stack-version>.tar.gz for serving hosts: wheels/ + the runtime wheels of
+    -- --wheelhouse DIR, requirements.lock, SHA256SUMS, sglforge-stack.json, install.sh."""
+    _sglforge(session, "bundle")

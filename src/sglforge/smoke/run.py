@@ -27,6 +27,7 @@ from sglforge.smoke.install import (
     install,
     missing_launch_modules,
     plan_install,
+    venv_base_python,
     venv_python,
 )
 from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
@@ -62,7 +63,9 @@ class SmokeOptions:
         return self.existing_python or venv_python(self.venv)
 
     def install_plan(self) -> InstallPlan:
-        return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install)
+        fresh = self.existing_python is None and self.reuse_venv is None
+        return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install,
+                            venv_base_python(self.project_root) if fresh else None)
 
     def launch_plan(self) -> LaunchPlan:
         return build_launch_plan(self.profile, self.python, self.run_dir, self.project_root)
