@@ -354,3 +354,23 @@ def test_cli_exit_status(stack: Stack) -> None:
                          text=True, env=env)
     assert bad.returncode == 1
     assert "ERROR  abi" in bad.stdout and "check: FAILED" in bad.stdout
+
+
+def test_smoke_lock_lists_our_wheels_and_a_stale_one(stack: Stack) -> None:
+    """The smoke checks against wheels.lock, which lists our wheels too: those are not
+    duplicates; a different version of one of them there is (a stale lock)."""
+    stack.runtime = ["torch==2.13.0", "requests==2.32.5", "apache-tvm-ffi==0.1.11",
+                     "sglang==0.5.21+cu130.abcdef12"]
+    assert errors(stack.check()) == []
+    stack.runtime[-1] = "sglang==0.5.20+cu130.abcdef12"
+    found = errors(stack.check())
+    assert len(found) == 1 and found[0].startswith("resolution: sglang is provided 2 times")
+
+
+def test_bare_wheel_set_without_toolchain(stack: Stack) -> None:
+    stack.write()
+    (stack.root / "lockfiles" / "toolchain.toml").unlink()
+    result = run_check(stack.project)
+    assert errors(result) == [], render(result)
+    assert result.target.python == "{}.{}".format(*sys.version_info[:2])
+    assert any("labels not checked" in f.message for f in result.findings.of("hint"))
