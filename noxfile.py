@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
 UNIDIFF = "unidiff>=1.0,<2"  # as in pyproject.toml
 UV = "uv==0.13.9"  # the resolver of lockfiles/runtime.lock (sglforge.wheel.runtime.UV_VERSION)
+PACKAGING = "packaging>=24"  # as in pyproject.toml; `check` needs only this (+ tomli < 3.11)
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
@@ -45,6 +46,14 @@ def patches(session: nox.Session) -> None:
     """Patch series: -- check|apply|refresh|lint [upstream...]."""
     session.install(UNIDIFF)
     session.run("python", "-m", "sglforge", "patches", *session.posargs, env=SRC_ENV)
+
+
+@nox.session
+def check(session: nox.Session) -> None:
+    """Stack check of wheels/ + runtime.lock: requirements resolve, SGLang's kernel API names
+    exist, labels match pins, Python/torch ABI (offline, CPU only; -- --wheels DIR ...)."""
+    session.install(PACKAGING, "tomli>=2.0; python_version < '3.11'")
+    session.run("python", "-m", "sglforge", "check", *session.posargs, env=SRC_ENV)
 
 
 @nox.session(python=False)

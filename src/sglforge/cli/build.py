@@ -84,7 +84,9 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
-    return 0
+    from sglforge.cli.check import check_or_fail
+
+    return check_or_fail(project)  # the published set must fit together (DESIGN "Coherence")
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001

@@ -107,6 +107,12 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if args.dry_run:
         print(dry_run_text(opts), end="")
         return 0
+    from sglforge.cli.check import check_or_fail, interpreter_version
+
+    if check_or_fail(ctx.project, wheels_dir=opts.wheels_dir, runtime_lock=opts.lock,
+                     python=interpreter_version(opts.existing_python)):
+        print("smoke: the stack check failed (above); nothing launched")
+        return 1
     return run_smoke(opts)
 
 
