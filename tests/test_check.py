@@ -374,3 +374,29 @@ def test_bare_wheel_set_without_toolchain(stack: Stack) -> None:
     assert errors(result) == [], render(result)
     assert result.target.python == "{}.{}".format(*sys.version_info[:2])
     assert any("labels not checked" in f.message for f in result.findings.of("hint"))
+
+
+def test_runtime_lock_must_match_its_input(stack: Stack) -> None:
+    from sglforge.wheel import runtime
+
+    result = stack.check()  # no runtime.in: a hand-written lock, nothing to compare
+    assert errors(result) == []
+    source = stack.root / "lockfiles" / "runtime.in"
+    source.write_text("requests==2.32.5\n")
+    found = errors(stack.check())
+    assert found == [f"resolution: stale lock: {stack.root / 'lockfiles' / 'runtime.lock'} has "
+                     "no '# input-sha256:' header (not made by `sglforge lock-runtime`); "
+                     "regenerate it with `nox -s lock-runtime`"]
+    # A lock that records this input's digest and the toolchain Python is fresh ...
+    lock = stack.root / "lockfiles" / "runtime.lock"
+    stack.write()
+    header = (f"# input-sha256: {runtime.input_digest(source.read_text())}\n"
+              "# python: 3.12\n")
+    lock.write_text(header + lock.read_text())
+    stack.write = lambda: None  # keep the lock written above
+    assert errors(run_check(stack.project, CheckOptions())) == []
+    # ... until the input changes.
+    source.write_text("requests==2.32.5\nurllib3==2.5.0\n")
+    assert [e.split(" (input-sha256")[0] for e in errors(run_check(stack.project,
+                                                                    CheckOptions()))] == [
+        f"resolution: stale lock: {lock} was resolved from another runtime.in"]

@@ -57,6 +57,8 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
                        options.runtime_lock or project.runtime_lock)
     waivers = load_waivers(options.waivers or project.root / "lockfiles" / WAIVERS)
     check_resolution(stack, target, findings)
+    if options.runtime_lock is None:
+        check_runtime_lock_fresh(project, stack, target, findings)
     check_api(stack, waivers, findings, options.kernel_modules)
     if toolchain is not None and project.recipes_dir.is_dir():
         lock = parse_lockfile(project.lockfile)
@@ -67,6 +69,29 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
         findings.hint("labels", f"no {project.toolchain.name} / recipes/: labels not checked")
     check_abi(stack, target, findings)
     return CheckResult(findings, target, [w.file.name for w in stack.wheels])
+
+
+def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: ANN001
+                             findings: Findings) -> None:
+    """runtime.lock must be what `lock-runtime` makes of runtime.in today (error), and
+    runtime.in's generated part what the built wheels' metadata derives (hint: resolution
+    above already fails on anything the lock lacks). Projects without runtime.in keep a
+    hand-written lock: nothing to compare."""
+    from sglforge.wheel import runtime
+
+    source = runtime.input_path(project)
+    if not source.exists():
+        return
+    stale = runtime.runtime_lock_is_stale(project.runtime_lock, source, target.python)
+    if stale:
+        findings.error("resolution", f"stale lock: {stale}")
+    built = [w for w in stack.wheels if w.provenance is not None]
+    if built:
+        metadata = [runtime.read_metadata(w.file) for w in built]
+        drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
+                                               target.python, target.torch)
+        if drift:
+            findings.hint("resolution", drift)
 
 
 def render(result: CheckResult) -> str:
