@@ -450,7 +450,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                        environment.search_path(cuda.home if cuda else None))
     report.step("load", t)
 
-    machine = Machine.detect()
+    machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     ctx = _Context(project, settings, options, lock, toolchain, cuda, tool, machine, report)
     root = settings.build_root
     root.mkdir(parents=True, exist_ok=True)
