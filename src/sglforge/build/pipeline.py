@@ -327,8 +327,7 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
         "cuda": ctx.toolchain.cuda_tag, "jobs": str(plan.jobs),
         "nvcc_threads": str(plan.nvcc_threads), "source": str(prepared.source_dir),
         "build_dir": str(build_dir), "build_root": str(root),
-        "cmake_cuda_architectures": recipe.cmake_cuda_architectures,
-        "torch_cuda_arch_list": recipe.torch_cuda_arch_list,
+        **recipe.arch_values,  # cuda-archs in each consumer's form (recipes.ARCH_FORMS)
     }
     env = environment.base_env(root, tools_bin, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
                             prepared.source_date_epoch)
@@ -450,7 +449,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                        environment.search_path(cuda.home if cuda else None))
     report.step("load", t)
 
-    machine = Machine.detect()
+    machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     ctx = _Context(project, settings, options, lock, toolchain, cuda, tool, machine, report)
     root = settings.build_root
     root.mkdir(parents=True, exist_ok=True)

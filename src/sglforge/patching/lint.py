@@ -7,7 +7,9 @@ errors  — missing or malformed Description/Subject, Origin, Forwarded, Last-Up
           a plain DEP-3 patch without Author/From (its commit identity); a diff that does not
           parse; series problems;
 hints   — Forwarded: no (say why), Applied-Upstream set (drop it when the pin moves), stale
-          Last-Update, terse descriptions, unlisted patch files, names/numbering off.
+          Last-Update, terse descriptions, unlisted patch files, names/numbering off; and a
+          literal arch in a recipe's [env]/[cmake-defines]/[config-settings] of a linted
+          upstream (archs come from `cuda-archs` through placeholders, inputs/recipes.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from sglforge.base.errors import ConfigErrors
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.project import Project
+from sglforge.inputs.recipes import recipe_hints
 from sglforge.patching.diff import DiffParseError, parse_diff
 from sglforge.patching.patchformat import PatchFormatError, patch_format
 from sglforge.patching.series import PATCH_NAME, LocalPatch, parse_series
@@ -129,6 +132,11 @@ def lint_project(project: Project, lock: Lockfile, names: list[str] | None,
                 if PATCH_NAME.fullmatch(file.name) and file.name not in listed:
                     findings.append(Finding("hint", f"{rel.parent}/{file.name}",
                                             "not listed in series (never applied)"))
+    for path, upstream, message in recipe_hints(project.recipes_dir):
+        if names and upstream not in names:
+            continue
+        rel = path.relative_to(project.root) if path.is_relative_to(project.root) else path
+        findings.append(Finding("hint", str(rel), message))
     return findings
 
 
