@@ -400,3 +400,30 @@ def test_runtime_lock_must_match_its_input(stack: Stack) -> None:
     assert [e.split(" (input-sha256")[0] for e in errors(run_check(stack.project,
                                                                     CheckOptions()))] == [
         f"resolution: stale lock: {lock} was resolved from another runtime.in"]
+
+
+def test_meta_package_alias_resolves_names_in_its_backend(stack: Stack) -> None:
+    stack.sglang_files = dict(stack.sglang_files, **{
+        "sglang/srt/nixl_user.py": "from nixl._api import nixl_agent\nimport nixl\n"
+                                   "nixl._bindings.nixlBind\n"})
+    stack.write()
+    wheels = stack.root / "wheels"
+    make_wheel(wheels, "nixl", "1.4.0", files={
+        "nixl/__init__.py": "import sys\n_pkg = sys.modules['nixl_cu13']\n"}, provenance=None)
+    make_wheel(wheels, "nixl-cu13", "1.4.0", files={
+        "nixl_cu13/__init__.py": "", "nixl_cu13/_api.py": "class nixl_agent:\n    pass\n",
+        "nixl_cu13/_bindings.cpython-312-x86_64-linux-gnu.so": "\x7fELF"}, provenance=None)
+    manifest = json.loads((wheels / "manifest.json").read_text())
+    for name in ("nixl", "nixl-cu13"):
+        [file] = wheels.glob(name.replace("-", "_") + "-*.whl")
+        manifest["wheels"].append({"file": file.name, "sha256": "0" * 64, "name": name,
+                                   "version": "1.4.0", "recipe": name})
+    (wheels / "manifest.json").write_text(json.dumps(manifest))
+    stack.write = lambda: None
+    found = [e for e in errors(run_check(stack.project, CheckOptions())) if e.startswith("api")]
+    assert found == ["api: sglang/srt/nixl_user.py:1 uses nixl._api — not in nixl 1.4.0",
+                     "api: sglang/srt/nixl_user.py:3 uses nixl._bindings — not in nixl 1.4.0"]
+    (stack.root / "lockfiles" / "api-waivers.toml").write_text(
+        '[[alias]]\nmodule = "nixl"\nprovider = "nixl_cu13"\nreason = "meta package"\n')
+    assert [e for e in errors(run_check(stack.project, CheckOptions()))
+            if e.startswith("api")] == []

@@ -19,7 +19,7 @@ from sglforge.base.requirements import canonical_name
 from sglforge.check.findings import Findings
 from sglforge.check.modules import WheelModules
 from sglforge.check.stack import Stack, StackWheel
-from sglforge.check.waivers import Waiver
+from sglforge.check.waivers import Alias, Waiver
 
 PART = "api"
 KERNEL_MODULES = ("deep_gemm", "sgl_kernel", "flashinfer", "tilelang", "nixl", "nixl_ep")
@@ -110,17 +110,19 @@ def find_consumer(stack: Stack, module: str) -> StackWheel | None:
 
 def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
               kernel_modules: tuple[str, ...] = KERNEL_MODULES,
-              consumer_module: str = CONSUMER_MODULE) -> None:
+              consumer_module: str = CONSUMER_MODULE, aliases: tuple[Alias, ...] = ()) -> None:
     consumer = find_consumer(stack, consumer_module)
     if consumer is None:
         findings.hint(PART, f"no built wheel provides `{consumer_module}`: API coherence "
                             "not checked")
         return
     provider: dict[str, tuple[StackWheel, WheelModules]] = {}
+    backends = {alias.provider.split(".")[0] for alias in aliases}
     for wheel in stack.wheels:
         modules = WheelModules(wheel.file, wheel.members)
-        for top in modules.top_level & set(kernel_modules):
+        for top in modules.top_level & (set(kernel_modules) | backends):
             provider.setdefault(top, (wheel, modules))
+    alias_of = {alias.module: alias.provider for alias in aliases}
     uses: list[Use] = []
     with zipfile.ZipFile(consumer.file) as archive:
         for member in consumer.members:
@@ -139,6 +141,11 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
         wheel, modules = provider[top]
         checked += 1
         missing = resolve(modules, use.name)
+        if missing is not None and top in alias_of:  # a meta package: its backend's names
+            backend = alias_of[top] + use.name[len(top):]
+            backend_top = backend.split(".")[0]
+            if backend_top in provider and resolve(provider[backend_top][1], backend) is None:
+                missing = None
         if missing is None or (use.file, use.line, missing) in reported:
             continue
         reported.add((use.file, use.line, missing))

@@ -13,7 +13,7 @@ from sglforge.check.labels import check_recipes, check_wheels
 from sglforge.check.resolution import check_resolution
 from sglforge.check.stack import load_stack
 from sglforge.check.target import Target
-from sglforge.check.waivers import load_waivers
+from sglforge.check.waivers import load_policy
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import load_recipes
@@ -55,11 +55,12 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
                                                             else None))
     stack = load_stack(options.wheels_dir or project.wheels_dir,
                        options.runtime_lock or project.runtime_lock)
-    waivers = load_waivers(options.waivers or project.root / "lockfiles" / WAIVERS)
+    policy = load_policy(options.waivers or project.root / "lockfiles" / WAIVERS)
     check_resolution(stack, target, findings)
     if options.runtime_lock is None:
         check_runtime_lock_fresh(project, stack, target, findings)
-    check_api(stack, waivers, findings, options.kernel_modules)
+    check_api(stack, list(policy.waivers), findings, options.kernel_modules,
+              aliases=policy.aliases)
     if toolchain is not None and project.recipes_dir.is_dir():
         lock = parse_lockfile(project.lockfile)
         recipes = load_recipes(project.recipes_dir, lock, toolchain)
