@@ -50,7 +50,8 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
-from sglforge.sources.cache import ExportedTree, export_source, fetch_sources
+from sglforge.sources.export import ExportedTree, export_source
+from sglforge.sources.fetch import fetch_sources
 from sglforge.wheel import audit, normalize, outputs
 
 LOG_TAIL_LINES = 40
