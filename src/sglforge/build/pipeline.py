@@ -53,6 +53,9 @@ from sglforge.patching.series import PatchSeries, backport_wants, load_series
 from sglforge.sources.export import ExportedTree, export_source
 from sglforge.sources.fetch import fetch_sources
 from sglforge.wheel import audit, normalize, outputs
+from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
+from sglforge.wheel.provenance import Provenance
+from sglforge.wheel.provenance import read as read_provenance
 
 LOG_TAIL_LINES = 40
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
@@ -77,7 +80,7 @@ class BuiltWheel:
     sha256: str
     name: str
     version: str
-    provenance: dict
+    provenance: Provenance
     key: str
     cached: bool
     seconds: float
@@ -265,31 +268,33 @@ def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> 
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-                epoch: int) -> dict:
+                epoch: int) -> Provenance:
+    """What the wheel is built from; post-processing stamps its version in."""
     pin = ctx.lock.get(recipe.upstream)
     with_torch = recipe.requires_torch_abi or "torch" in recipe.build_requires
-    return {
-        "format": 1,
-        "generated_by": "sglforge build",
-        "wheel": recipe.name,
-        "upstream": recipe.upstream,
-        "url": pin.url,
-        "commit": pin.commit,
-        "subdir": recipe.subdir,
-        "sources": [{"name": p.name, "commit": p.commit, "sha256": p.sha256}
-                    for p in ctx.lock.closure(recipe.upstream)[1:]],
-        "patches": [{"name": e.name, "sha256": e.digest} for e in series.entries],
-        "series_sha256": series.digest,
-        "recipe_sha256": recipe.sha256,
-        "toolchain": ctx.tool.summary(with_torch),
-        "build_requires": {r: ctx.tool.build_requires.get(r) or ctx.tool.torch
-                           for r in sorted(recipe.build_requires)},
-        "cuda_archs": list(recipe.cuda_archs),
-        "requires_torch": ctx.toolchain.torch if recipe.requires_torch_abi else None,
-        "source_date_epoch": epoch,
-        "build_root": str(ctx.settings.build_root),
-        "content_key": key.value,
-    }
+    return Provenance(
+        format=PROVENANCE_FORMAT,
+        generated_by="sglforge build",
+        wheel=recipe.name,
+        upstream=recipe.upstream,
+        url=pin.url,
+        commit=pin.commit,
+        version="",
+        subdir=recipe.subdir,
+        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256}
+                      for p in ctx.lock.closure(recipe.upstream)[1:]),
+        patches=tuple({"name": e.name, "sha256": e.digest} for e in series.entries),
+        series_sha256=series.digest,
+        recipe_sha256=recipe.sha256,
+        toolchain=ctx.tool.summary(with_torch),
+        build_requires={r: ctx.tool.build_requires.get(r) or ctx.tool.torch
+                        for r in sorted(recipe.build_requires)},
+        cuda_archs=tuple(recipe.cuda_archs),
+        requires_torch=ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        source_date_epoch=epoch,
+        build_root=str(ctx.settings.build_root),
+        content_key=key.value,
+    )
 
 
 def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
@@ -405,7 +410,7 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
         ctx.report.step(f"{recipe.name}: audit", t)
 
     digest = sha256_file(final)
-    provenance = normalize.read_provenance(final)
+    provenance = read_provenance(final)
     if ctx.options.use_wheel_cache:
         _cache_store(settings, key, final, {"file": final.name, "sha256": digest,
                                             "name": info.name, "version": info.version})
@@ -478,7 +483,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                 copy = staging / wheel.name
                 copy.write_bytes(wheel.read_bytes())
                 built[name] = BuiltWheel(name, copy, meta["sha256"], meta["name"],
-                                         meta["version"], normalize.read_provenance(copy),
+                                         meta["version"], read_provenance(copy),
                                          key.value, cached=True,
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {wheel.name}", flush=True)
