@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
 from sglforge.inputs.pins import FULL_SHA, parse_lockfile
@@ -90,7 +91,7 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     for series in all_series:
         name = series.upstream
         if args.action == "apply":
-            dest = settings.build_root / "src" / name
+            dest = BuildRoot(settings.build_root).src(name)
             tree = export_source(lock, name, dest, settings)
             applied = apply_series(tree.path, series, settings)
             print(f"applied   {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "

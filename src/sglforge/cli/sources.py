@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.build import plan
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.bundle import import_bundle, write_bundle
@@ -57,7 +58,7 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         export_names = [p.name for n in names for p in lock.closure(n)
                         if p.parent is None or p.fetchcontent]
         for name in export_names:
-            tree = export_source(lock, name, settings.build_root / "src" / name, settings)
+            tree = export_source(lock, name, BuildRoot(settings.build_root).src(name), settings)
             extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
             print(f"exported  {name} -> {tree.path}{extra}")
     return 0

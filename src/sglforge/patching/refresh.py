@@ -21,6 +21,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, remove_tree
 from sglforge.base.git import COMMITTER, git, git_out, rev
@@ -154,7 +155,7 @@ class RefreshState:
 
 
 def refresh_workdir(settings: Settings, upstream: str) -> Path:
-    return settings.build_root / "refresh" / upstream
+    return BuildRoot(settings.build_root).refresh(upstream)
 
 
 def abort_refresh(settings: Settings, upstream: str) -> str:
@@ -306,14 +307,14 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     for number, line in enumerate(series.text.decode().splitlines(), 1):
         series_text += state.new_lines.get(str(number), [line])
     new_files = {name: text.encode("latin-1") for name, text in state.new_files.items()}
-    staged_project = Project(settings.build_root / "refresh" / f"{upstream}-export")
+    staged_project = Project(BuildRoot(settings.build_root).refresh(upstream, "export"))
     remove_tree(staged_project.root)
     staged_dir = staged_project.patches_dir / upstream
     staged_dir.mkdir(parents=True)
     for name, data in new_files.items():
         (staged_dir / name).write_bytes(data)
     (staged_dir / "series").write_text("\n".join(series_text) + "\n")
-    check_tree = settings.build_root / "refresh" / f"{upstream}-check"
+    check_tree = BuildRoot(settings.build_root).refresh(upstream, "check")
     new_lock = Lockfile(lock.path, tuple(
         p if p.name != upstream else dataclasses.replace(p, commit=onto, tree=None)
         for p in lock.pins))

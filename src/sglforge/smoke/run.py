@@ -18,6 +18,7 @@ from typing import TextIO
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_text, remove_tree
 from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
+from sglforge.base.steps import StepRecord, Steps
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
@@ -143,10 +144,11 @@ def _sigterm_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class _Stages:
-    """Times named steps into the report and prints one line per step."""
+class _Stages(Steps):
+    """The smoke's steps: each one goes into the report and is printed as one line."""
 
     def __init__(self, report: SmokeReport, out: TextIO, err: TextIO) -> None:
+        super().__init__(on_end=self._ended)
         self.report = report
         self.out = out
         self.err = err
@@ -154,19 +156,11 @@ class _Stages:
     def say(self, text: str) -> None:
         _safe_print(f"[smoke] {text}", self.out)
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[list[str]]:
-        start = time.monotonic()
-        detail: list[str] = []
-        ok = False
-        try:
-            yield detail
-            ok = True
-        finally:
-            seconds = time.monotonic() - start
-            self.report.stages.append(Stage(name, ok, round(seconds, 3), "; ".join(detail)))
-            self.say(f"{name}: {'ok' if ok else 'FAILED'} ({seconds:.1f} s)"
-                     + (f" {'; '.join(detail)}" if detail else ""))
+    def _ended(self, step: StepRecord) -> None:
+        detail = "; ".join(step.detail)
+        self.report.stages.append(Stage(step.name, step.ok, round(step.seconds, 3), detail))
+        self.say(f"{step.name}: {'ok' if step.ok else 'FAILED'} ({step.seconds:.1f} s)"
+                 + (f" {detail}" if detail else ""))
 
 
 def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -239,7 +233,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
     wheelset: WheelSet | None = None
     env = None
     if opts.existing_python:
-        with steps.stage("environment") as detail:
+        with steps.step("environment") as detail:
             env = probe_environment(opts.existing_python)
             report.versions = env.versions()
             report.environment = env.summary()
@@ -247,13 +241,13 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             detail.append(f"{opts.existing_python}: {len(env.packages)} stack packages, built "
                           f"by sglforge: {', '.join(built) or 'none'}")
     else:
-        with steps.stage("wheels") as detail:
+        with steps.step("wheels") as detail:
             wheelset = load_wheelset(opts.wheels_dir, opts.lock)
             report.versions = wheelset.versions()
             detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
 
     python = opts.python
-    with steps.stage("doctor") as detail:
+    with steps.step("doctor") as detail:
         probed = python if (opts.reuse_venv or opts.existing_python) else None
         facts = doctor.gather_host_facts(profile, probed, env)
         if opts.tiny_model:  # generated after the doctor, into the run directory
@@ -261,7 +255,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         report.host.update(_host_summary(facts))
         _judge(profile, wheelset, facts, report, steps, detail)
 
-    with steps.stage("install") as detail:
+    with steps.step("install") as detail:
         if opts.existing_python:
             detail.append(f"existing environment {opts.existing_python}: nothing installed")
         elif opts.reuse_venv:
@@ -290,7 +284,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                       "command elsewhere"))
 
     if opts.tiny_model:
-        with steps.stage("model") as detail:
+        with steps.step("model") as detail:
             log = opts.run_dir / "logs" / "tiny-model.log"
             model = Path(profile.model)
             seconds = tiny_model_in(python, model, log)
@@ -299,7 +293,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
     plan = opts.launch_plan()
     timeouts = profile.timeouts
     try:
-        with steps.stage("launch") as detail:
+        with steps.step("launch") as detail:
             for command in plan.servers:
                 steps.say(f"starting {command.summary}")
                 process = processes.start(command)
@@ -311,12 +305,12 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         # Both servers load at the same time, so they share one deadline per endpoint.
         for endpoint, seconds in (("/health", timeouts.health),
                                   ("/health_generate", timeouts.health_generate)):
-            with steps.stage(endpoint.lstrip("/")) as detail:
+            with steps.step(endpoint.lstrip("/")) as detail:
                 deadline = time.monotonic() + seconds
                 for process in list(processes.processes):
                     waited = wait_ready(processes, process, endpoint, seconds, deadline=deadline)
                     detail.append(f"{process.role} ready at {waited:.1f} s")
-        with steps.stage("router") as detail:
+        with steps.step("router") as detail:
             steps.say(f"starting {plan.router.summary}")
             router = processes.start(plan.router)
             report.processes.append({"role": "router", "pid": router.popen.pid,
@@ -328,7 +322,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             detail.append(f"ready after {waited:.1f} s")
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
                            timeout=timeouts.request)
-        with steps.stage("checks") as detail:
+        with steps.step("checks") as detail:
             for name in profile.checks.run:
                 result = run_check(name, ctx)
                 report.checks.append(result)
