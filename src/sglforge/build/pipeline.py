@@ -35,6 +35,7 @@ from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
 from sglforge.base.git import git_out
+from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
 from sglforge.build import environment
@@ -207,11 +208,6 @@ def _last_line(log: Path) -> str:
         handle.seek(max(0, log.stat().st_size - 4096))
         lines = handle.read().decode(errors="replace").strip().splitlines()
     return lines[-1].strip() if lines else ""
-
-
-def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
-    text = log.read_bytes().decode(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
 
 
 def _unpack_wheels(wheels: list[Path], site: Path) -> None:

@@ -54,12 +54,13 @@ def _targets(args: argparse.Namespace, lock, project) -> list[str]:  # noqa: ANN
 def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     project = ctx.project
     if args.action == "lint":
+        from sglforge.base.findings import blocking
         from sglforge.patching.lint import lint_project, render_findings
 
         lock = parse_lockfile(project.lockfile)
         findings = lint_project(project, lock, args.targets or None)
         print(render_findings(findings))
-        return 1 if any(f.severity == "error" for f in findings) else 0
+        return 1 if blocking(findings) else 0
     settings = ctx.settings
     if args.action == "digest":
         return _digest(args, settings)

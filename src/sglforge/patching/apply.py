@@ -54,7 +54,7 @@ class PatchFailed(SglforgeError):
 def resolve_entries(series: PatchSeries, settings: Settings) -> list[ResolvedEntry]:
     resolved = []
     for entry in series.entries:
-        where = f"{series.path}:{entry.line} ({entry.label})"
+        where = series.where(entry)
         info = None
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)

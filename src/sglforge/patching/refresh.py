@@ -223,7 +223,7 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
                           cwd=tree).split()
     for index in range(state.next_index, len(series.entries)):
         entry = series.entries[index]
-        where = f"{series.path}:{entry.line} ({entry.label})"
+        where = series.where(entry)
         item = None
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)

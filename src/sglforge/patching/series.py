@@ -122,6 +122,10 @@ class PatchSeries:
     def patchset8(self) -> str:
         return self.digest[:8]
 
+    def where(self, entry: Entry) -> str:
+        """Where an entry stands, for messages: `patches/x/series:3 (0002-fix.patch)`."""
+        return f"{self.path}:{entry.line} ({entry.label})"
+
 
 def parse_series(path: Path, upstream: str) -> PatchSeries:
     """Parse `path` (missing file = empty series). All problems are reported together."""

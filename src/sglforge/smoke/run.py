@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.findings import blocking
 from sglforge.base.fs import atomic_write_text, remove_tree
+from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
 from sglforge.base.steps import StepRecord, Steps
 from sglforge.smoke import doctor
@@ -30,7 +32,7 @@ from sglforge.smoke.install import (
     plan_install,
     venv_python,
 )
-from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
+from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.readiness import NotReady, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
@@ -271,7 +273,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             report.doctor = [f for f in report.doctor if f.check != "torch"] + torch_findings
             for finding in torch_findings:
                 steps.say(finding.render())
-            if doctor.blocking(torch_findings):
+            if blocking(torch_findings):
                 raise SmokeFailed(Failure("install", torch_findings[0].message))
 
         missing = missing_launch_modules(python, {"[server] command": profile.server.command,
@@ -388,7 +390,7 @@ def _judge(profile: SmokeProfile, wheelset: WheelSet | None, facts: doctor.HostF
     for finding in findings:
         if finding.level != doctor.OK:
             steps.say(finding.render())
-    errors = doctor.blocking(findings)
+    errors = blocking(findings)
     detail.append(f"{len(errors)} error(s), "
                   f"{sum(f.level == doctor.WARNING for f in findings)} warning(s)")
     if errors:

@@ -18,7 +18,7 @@ from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
 from sglforge.sources.export import safe_members
-from sglforge.sources.fetch import GitWant
+from sglforge.sources.fetch import GitWant, pinned_set
 
 BUNDLE_FORMAT = 1
 
@@ -27,10 +27,7 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                  extra: list[GitWant] = ()) -> list[str]:
     """Write one tar file with a git bundle per repository and the tarballs of the set."""
     cache = SourceCache(settings.cache_dir)
-    targets = names or [p.name for p in lock.upstreams()]
-    pins = []
-    for name in targets:
-        pins += [p for p in lock.closure(name) if p not in pins]
+    pins = pinned_set(lock, names)
     by_repo: dict[str, set[str]] = {}
     for pin in pins:
         if pin.is_git:

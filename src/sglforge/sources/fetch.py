@@ -208,6 +208,16 @@ def check_submodule_pins(lock: Lockfile, cache: SourceCache, pin: Pin) -> list[s
     return warnings
 
 
+def pinned_set(lock: Lockfile, names: list[str], *, with_children: bool = True) -> list[Pin]:
+    """The pins `names` (all upstreams if empty) stand for: each with its closure (submodules,
+    FetchContent archives) unless `with_children` is off; once each, parents first."""
+    pins: list[Pin] = []
+    for name in names or [p.name for p in lock.upstreams()]:
+        closure = lock.closure(name) if with_children else [lock.get(name)]
+        pins += [p for p in closure if p not in pins]
+    return pins
+
+
 def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offline: bool,
                   extra: list[GitWant] = (), with_children: bool = True) -> FetchReport:
     """Fetch the closure of `names` (all upstreams if empty) plus `extra` commits.
@@ -218,11 +228,7 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     """
     cache = SourceCache(settings.cache_dir)
     report = FetchReport()
-    targets = names or [p.name for p in lock.upstreams()]
-    pins: list[Pin] = []
-    for name in targets:
-        closure = lock.closure(name) if with_children else [lock.get(name)]
-        pins += [p for p in closure if p not in pins]
+    pins = pinned_set(lock, names, with_children=with_children)
     with cache.locked():
         for pin in pins:
             label = f"{pin.name} {pin.short}"
