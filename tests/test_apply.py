@@ -199,7 +199,8 @@ def test_backport_exclude_drops_files_and_unknown_exclude_is_an_error(world, ups
     fix, digest = upstream_fix(world, upstreams, "Upstream: two files",
                                {**edit_core(7, "77"), "src/alpha/__init__.py": "VALUE = 7\n"})
     url = world.url("org/alpha")
-    world.write_series("alpha", [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
+    world.write_series("alpha",
+                       [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
     tree.apply()
     assert "return 77" in (tree.path / "src/alpha/core.py").read_text()
     assert (tree.path / "src/alpha/__init__.py").read_text() == "VALUE = 1\n"

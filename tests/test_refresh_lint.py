@@ -148,7 +148,8 @@ def test_lint_cli_exit_status(world, upstreams, capsys):
     world.write_series("alpha", ["0001-bare.patch"], {"0001-bare.patch": bare})
     assert main(world.cli_args() + ["patches", "lint"]) == 1
     out = capsys.readouterr().out
-    assert "errors (4):" in out and "hints (1):" in out and "only a Subject" in out and "lint: FAILED" in out
+    assert "errors (4):" in out and "hints (1):" in out
+    assert "only a Subject" in out and "lint: FAILED" in out
 
 
 def test_lint_without_series_is_clean(world, upstreams, capsys):

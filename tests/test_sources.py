@@ -148,8 +148,9 @@ def test_cli_fetch_then_plan_offline(world, upstreams, capsys):
     assert "fetched   alpha" in out and "exported  alpha ->" in out
     assert main(world.cli_args() + ["fetch", "--offline", "--no-export"]) == 0
     assert "cached    alpha" in capsys.readouterr().out
-    proc = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(world.project), "plan"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(world.project), "plan"],
+        capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert upstreams.pinned in proc.stdout and "third_party/beta" in proc.stdout
 

@@ -55,7 +55,7 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
-from sglforge.sources.export import ExportedTree, export_source
+from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
 from sglforge.wheel import audit, normalize, outputs
 from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
@@ -100,7 +100,6 @@ class BuildReport:
 
 @dataclass(frozen=True)
 class PreparedSource:
-    tree: ExportedTree
     source_dir: Path  # tree + recipe subdir
     fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
     source_date_epoch: int
@@ -126,7 +125,7 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, root.dep(pin.name), settings)
         fetchcontent[pin.fetchcontent] = dep.path
-    prepared = PreparedSource(tree, tree.path / recipe.subdir, fetchcontent, epoch)
+    prepared = PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch)
     if not prepared.source_dir.is_dir():
         raise SglforgeError(f"{recipe.path}: subdir '{recipe.subdir}' does not exist in "
                             f"'{recipe.upstream}' at {tree.commit}")

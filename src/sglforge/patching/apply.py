@@ -394,7 +394,8 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
         position = 0
         offset = 0
         for hunk in file.hunks:
-            hint = max(hunk.old_start - 1 + offset, 0) if hunk.old_count else hunk.old_start + offset
+            hint = (max(hunk.old_start - 1 + offset, 0) if hunk.old_count
+                    else hunk.old_start + offset)
             found = _find(content, hunk.old_lines, position, hint)
             if found is None:
                 raise PatchFailed(_explain_hunk(item, file, hunk, content, position, hint))

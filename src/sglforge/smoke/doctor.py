@@ -109,7 +109,8 @@ def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
         model_exists=model_exists, env=env)
 
 
-def _parse_gpu_query(out: str, topo: dict[int, int | None]) -> tuple[tuple[GpuInfo, ...], str | None]:
+def _parse_gpu_query(out: str, topo: dict[int, int | None]
+                     ) -> tuple[tuple[GpuInfo, ...], str | None]:
     gpus, driver = [], None
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -356,7 +357,8 @@ def _driver(facts: HostFacts) -> list[Finding]:
     need = ".".join(str(p) for p in MIN_DRIVER_FOR_CUDA13)
     if parts < MIN_DRIVER_FOR_CUDA13:
         return [Finding("driver", ERROR, f"driver {facts.driver_version} is too old for CUDA 13 "
-                        f"(needs >= {need})", f"install an NVIDIA driver >= {need} (R580 or newer)")]
+                        f"(needs >= {need})",
+                        f"install an NVIDIA driver >= {need} (R580 or newer)")]
     return [Finding("driver", OK, f"driver {facts.driver_version} supports CUDA 13")]
 
 
