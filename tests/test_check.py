@@ -15,6 +15,7 @@ from sglforge.check.api import collect_uses, resolve
 from sglforge.check.modules import WheelModules
 from sglforge.check.run import CheckOptions, render, run_check
 from sglforge.inputs.project import Project
+from sglforge.wheel.provenance import Provenance
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SGLANG_COMMIT = "e00930c5489053f26d86b179cee0d087f846acbb"
@@ -112,8 +113,8 @@ def make_wheel(directory: Path, name: str, version: str, *, requires: tuple[str,
 
 
 def provenance(upstream: str, commit: str, torch: str | None = None) -> dict:
-    return {"upstream": upstream, "commit": commit, "requires_torch": torch,
-            "toolchain": {"python": "3.12.8"}, "cuda_archs": []}
+    return Provenance(upstream=upstream, commit=commit, version="", cuda_archs=(),
+                      requires_torch=torch, toolchain={"python": "3.12.8"}).to_json()
 
 
 class Stack:
@@ -170,7 +171,7 @@ class Stack:
 
 
 def errors(result) -> list[str]:
-    return [f"{f.part}: {f.message}" for f in result.findings.errors]
+    return [f"{f.check}: {f.message}" for f in result.findings.errors]
 
 
 @pytest.fixture

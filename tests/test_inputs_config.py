@@ -239,7 +239,7 @@ def test_shipped_recipes_tell_the_compiler_through_cuda_archs():
     labels = {n: r.local_label("abcdef12", "130") for n, r in recipes.items()}
     assert labels == {"flashinfer-jit-cache": "sm120.cu130.abcdef12",
                       "sglang-kernel": "sm120.cu130.abcdef12",
-                      **{n: "cu130.abcdef12" for n in ("flashinfer-python", "nixl-cu13",
+                      **{n: "cu130.abcdef12" for n in ("flashinfer-python", "nixl", "nixl-cu13",
                                                        "sgl-deep-gemm", "sglang", "tilelang")}}
     # No shipped recipe names an arch literally, except nixl's meson option (its wheel holds no
     # device code, so cuda-archs stays empty; see recipes/nixl-cu13.toml). Fixing that must

@@ -19,7 +19,8 @@ from sglforge.inputs.project import Project
 from sglforge.patching.apply import PatchFailed, apply_series
 from sglforge.patching.diff import DiffParseError, parse_diff, unquote
 from sglforge.patching.series import load_series
-from sglforge.sources import cache as sources
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import fetch_sources
 from tests.fixtures.gitrepos import local_patch, run_git, source_entry
 from tests.test_apply import edit_core, mbox
 
@@ -50,8 +51,8 @@ def links(world):  # noqa: ANN001, ANN201
     pinned = repo.commit("tree with links")
     world.write_lockfile(source_entry("links", world.url("org/links"), pinned, ref="main"))
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
-    sources.fetch_sources(lock, [], world.settings(), offline=False)
-    exported = sources.export_source(lock, "links", world.build_root / "src/links",
+    fetch_sources(lock, [], world.settings(), offline=False)
+    exported = export_source(lock, "links", world.build_root / "src/links",
                                      world.settings())
 
     def apply():  # noqa: ANN202

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
+
 PREFIX_TARGET = "/sglforge-build"
 CLOSED_PROXY = "http://127.0.0.1:9"
 
@@ -99,21 +101,21 @@ def search_path(cuda_home: Path | None) -> str:
     return os.pathsep.join(parts)
 
 
-def base_env(build_root: Path, tools_bin: Path, cuda_home: Path | None,
+def base_env(root: BuildRoot, cuda_home: Path | None,
              real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
     """The environment every build starts from (the caller's environment is not inherited)."""
-    path = os.pathsep.join([str(tools_bin), search_path(cuda_home)])
-    wrapper = str(tools_bin / "nvcc")
-    prefix_map = f"-ffile-prefix-map={build_root}={PREFIX_TARGET}"
+    path = os.pathsep.join([str(root.tools_bin), search_path(cuda_home)])
+    wrapper = str(root.tools_bin / "nvcc")
+    prefix_map = f"-ffile-prefix-map={root.path}={PREFIX_TARGET}"
     env = {
         "PATH": path,
-        "HOME": str(build_root / "home"),
-        "TMPDIR": str(build_root / "tmp"),
+        "HOME": str(root.home),
+        "TMPDIR": str(root.tmp),
         "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": str(source_date_epoch),
-        "SGLFORGE_BUILD_ROOT": str(build_root),
+        "SGLFORGE_BUILD_ROOT": str(root.path),
         "CFLAGS": prefix_map, "CXXFLAGS": prefix_map,
         "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",

@@ -43,12 +43,12 @@ def check_abi(stack: Stack, target: Target, findings: Findings) -> None:
                                                            prereleases=True):
                 findings.error(PART, f"{wheel.label}: requires {req}, serving torch is "
                                      f"{target.torch}")
-        prov = wheel.provenance or {}
-        bound = prov.get("requires_torch")
+        prov = wheel.provenance
+        bound = prov.requires_torch if prov else None
         if bound and target.torch and Version(bound) != Version(target.torch):
             findings.error(PART, f"{wheel.label}: built against torch {bound}, serving torch "
                                  f"is {target.torch}")
-        built_python = str((prov.get("toolchain") or {}).get("python") or "")
+        built_python = str((prov.toolchain.get("python") if prov else None) or "")
         cpython_only = any(t.split("-")[1].startswith("cp") for t in wheel.tags)
         if built_python and cpython_only and ".".join(built_python.split(".")[:2]) != \
                 target.python:

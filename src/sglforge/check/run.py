@@ -102,8 +102,8 @@ def render(result: CheckResult) -> str:
     for severity, title in (("error", "ERROR"), ("waived", "waived"), ("hint", "hint"),
                             ("info", "info")):
         for finding in result.findings.of(severity):
-            lines.append(f"  {title:<6} {finding.part:<10} {finding.message}")
-    counts = {p: sum(1 for f in result.findings.errors if f.part == p) for p in PARTS}
+            lines.append(f"  {title:<6} {finding.check:<10} {finding.message}")
+    counts = {p: sum(1 for f in result.findings.errors if f.check == p) for p in PARTS}
     status = "ok" if result.ok else "FAILED"
     lines.append(f"check: {status} — " + ", ".join(f"{p} {n} error(s)" if n else f"{p} ok"
                                                     for p, n in counts.items()))

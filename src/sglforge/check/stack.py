@@ -6,7 +6,6 @@ provenance); nothing is installed or imported.
 
 from __future__ import annotations
 
-import json
 import zipfile
 from dataclasses import dataclass
 from email.parser import BytesParser
@@ -19,8 +18,8 @@ from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.requirements import PinnedRequirement, canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
 from sglforge.wheel.outputs import MANIFEST, load_manifest
-
-PROVENANCE_NAME = "sglforge-build.json"
+from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
+from sglforge.wheel.provenance import read as read_provenance
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class StackWheel:
     requires_python: str | None
     tags: frozenset[str]  # "cp312-cp312-manylinux_2_28_x86_64", …
     members: tuple[str, ...]  # names inside the zip
-    provenance: dict | None  # None: not built by sglforge (e.g. a reference wheel)
+    provenance: Provenance | None  # None: not built by sglforge (a reference wheel)
 
     @property
     def label(self) -> str:
@@ -46,19 +45,6 @@ class Stack:
     runtime: tuple[PinnedRequirement, ...]
     wheels_dir: Path
     runtime_lock: Path
-
-
-def read_provenance(archive: zipfile.ZipFile) -> dict | None:
-    """`<dist-info>/sglforge-build.json`, or None. The one place the check reads provenance
-    (switch to wheel.provenance's reader when it lands)."""
-    for name in archive.namelist():
-        if name.count("/") == 1 and name.endswith(f".dist-info/{PROVENANCE_NAME}"):
-            try:
-                data = json.loads(archive.read(name))
-            except ValueError as exc:
-                raise SglforgeError(f"{archive.filename}: {name} is not JSON: {exc}") from None
-            return data if isinstance(data, dict) else None
-    return None
 
 
 def read_wheel(path: Path, recipe: str | None = None) -> StackWheel:
@@ -75,9 +61,11 @@ def read_wheel(path: Path, recipe: str | None = None) -> StackWheel:
                 raise SglforgeError(f"{path.name}: expected one <dist-info>/METADATA, "
                                     f"found {len(metadata)}")
             headers = BytesParser(policy=compat32).parsebytes(archive.read(metadata[0]))
-            provenance = read_provenance(archive)
     except (zipfile.BadZipFile, OSError) as exc:
         raise SglforgeError(f"{path}: not a readable wheel: {exc}") from None
+    built_by_us = any(m.count("/") == 1 and m.endswith(f".dist-info/{PROVENANCE_FILE}")
+                      for m in members)
+    provenance = read_provenance(path) if built_by_us else None
     meta_name = headers.get("Name")
     if meta_name is None or canonical_name(meta_name) != canonical_name(str(name)):
         raise SglforgeError(f"{path.name}: METADATA Name {meta_name!r} does not match the "

@@ -118,6 +118,7 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
 def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.base.errors import SglforgeError
+    from sglforge.base.findings import blocking
     from sglforge.smoke import doctor
     from sglforge.smoke.install import venv_python
     from sglforge.smoke.wheelset import load_wheelset
@@ -145,7 +146,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     findings = doctor.diagnose(opts.profile, wheelset, facts)
     for finding in findings:
         print(finding.render())
-    errors = doctor.blocking(findings)
+    errors = blocking(findings)
     warnings = sum(f.level == doctor.WARNING for f in findings)
     print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
           f"{opts.profile.name}")

@@ -25,7 +25,7 @@ from sglforge.base.git import check_url
 from sglforge.inputs.pins import FULL_SHA, SHA256, Lockfile
 from sglforge.inputs.project import Project
 from sglforge.patching.patchformat import MBOX_FIRST_LINE, dep3_fields
-from sglforge.sources.cache import GitWant
+from sglforge.sources.fetch import GitWant
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(patch|diff)")
 DEP3_FIELDS = ("Description", "Subject", "Origin", "Bug", "Forwarded", "Author", "From",
@@ -121,6 +121,10 @@ class PatchSeries:
     @property
     def patchset8(self) -> str:
         return self.digest[:8]
+
+    def where(self, entry: Entry) -> str:
+        """Where an entry stands, for messages: `patches/x/series:3 (0002-fix.patch)`."""
+        return f"{self.path}:{entry.line} ({entry.label})"
 
 
 def parse_series(path: Path, upstream: str) -> PatchSeries:

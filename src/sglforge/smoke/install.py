@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
+from sglforge.base.requirements import installed_version
 from sglforge.smoke.profile import InstallSpec
 from sglforge.smoke.wheelset import WheelSet
 
@@ -136,21 +137,10 @@ def install(plan: InstallPlan, wheelset: WheelSet, log: Path) -> None:
                     hint=None if argv is plan.create else
                     "third-party pins come from [install] wheelhouse/index-url "
                     "(or --wheelhouse/--index-url)")
-    missing = [w.name for w in wheelset.wheels if installed_version(plan.python, w.name) != w.version]
+    missing = [w.name for w in wheelset.wheels
+               if installed_version(w.name, plan.python) != w.version]
     if missing:
         raise SglforgeError(f"after pip install, the venv {plan.venv} lacks {', '.join(missing)}")
-
-
-def installed_version(python: Path, name: str) -> str | None:
-    """Version of `name` installed for `python`, read from metadata (no import: torch is slow)."""
-    if not python.exists():
-        return None
-    code = ("import importlib.metadata as m, sys\n"
-            "try: print(m.version(sys.argv[1]))\n"
-            "except m.PackageNotFoundError: print('')")
-    result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
-                            check=False)
-    return result.stdout.strip() or None
 
 
 def missing_launch_modules(python: Path, commands: dict[str, tuple[str, ...]]) -> list[str]:
