@@ -150,6 +150,25 @@ def test_unknown_name_without_a_close_match_lists_the_known_ones(
     assert "hint: upstreams: purepy" in result.stderr
 
 
+def test_suggestions_and_list_prefer_upstreams_over_submodule_entries(world, upstreams) -> None:
+    # alpha has a submodule entry alpha.beta and a FetchContent entry alpha.gamma.
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    env.pop("SGLFORGE_PROJECT", None)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sglforge", *argv, *world.cli_args()],
+                              capture_output=True, text=True, env=env, check=False)
+
+    result = run("fetch", "alpah", "--offline")
+    assert result.returncode == 2
+    assert "unknown upstream 'alpah' (not in lockfiles/upstreams.toml); did you mean 'alpha'?\n" \
+        in result.stderr
+    assert "hint: upstreams: alpha\n" in result.stderr
+    result = run("patches", "lint", "alpha.bet")
+    assert result.returncode == 2
+    assert "did you mean 'alpha.beta' or 'alpha'?" in result.stderr
+
+
 # --- 6. doctor counts every warning it prints ---------------------------------------------------
 
 
