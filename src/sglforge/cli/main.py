@@ -26,7 +26,7 @@ from sglforge.inputs.settings import Settings, load_settings
 # Modules that contribute verbs, in help order.
 VERB_MODULES = (sources, patches, build, smoke)
 
-# Global options given after the verb land under these names, then are merged (main.py).
+# Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
 
 
