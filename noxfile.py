@@ -31,19 +31,25 @@ def _sglforge(session: nox.Session, verb: str) -> None:
 
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print pins, patch series with digests, and the build steps (offline)."""
+    """Print pins, patch series with digests and build steps (offline)."""
     _sglforge(session, "plan")
 
 
 @nox.session(python=False)
 def fetch(session: nox.Session) -> None:
-    """Fetch pinned sources into the cache and export clean trees (-- --offline, --bundle F)."""
+    """Fetch pinned sources into the cache and export clean work trees.
+
+    -- [UPSTREAM...] [--offline] [--bundle FILE | --from-bundle FILE] [--mirror U=M]
+    """
     _sglforge(session, "fetch")
 
 
 @nox.session
 def patches(session: nox.Session) -> None:
-    """Patch series: -- check|apply|refresh|lint [upstream...]."""
+    """Check, apply, refresh or lint the patch series.
+
+    -- check|apply|refresh|lint [UPSTREAM...] [--offline] [--onto COMMIT]
+    """
     session.install(UNIDIFF)
     session.run("python", "-m", "sglforge", "patches", *session.posargs, env=SRC_ENV)
 
@@ -58,30 +64,53 @@ def check(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def smoke(session: nox.Session) -> None:
-    """GPU host: install wheels/ into a fresh venv, launch the PD pair + router, run checks
+    """GPU host: smoke-test the wheels with a prefill/decode pair.
+
+    Installs wheels/ into a fresh venv, launches the PD pair + router, runs checks
     (-- --model PATH|tiny, --profile NAME, --dry-run, --python PATH). It builds its own venv
-    from the lock, unless --python/--venv names an existing environment."""
+    from the lock, unless --python/--venv names an existing environment.
+    """
     _sglforge(session, "smoke")
 
 
 @nox.session(python=False)
 def doctor(session: nox.Session) -> None:
-    """Check this host against a smoke profile and the built wheels (-- --profile NAME)."""
+    """Check this host against a smoke profile and the built wheels.
+
+    -- [--profile NAME] [--python PATH]
+    """
     _sglforge(session, "doctor")
+
+
+@nox.session(default=False)
+def dev(session: nox.Session) -> None:
+    """Make a venv with sglforge installed editable (the `sglforge` CLI).
+
+    Then `source .nox/dev/bin/activate` (printed) and run `sglforge --help`, or call
+    `.nox/dev/bin/sglforge …` directly. Every documented command also works as `nox -s VERB`.
+    """
+    session.install("-e", ".")
+    session.run("sglforge", "--help", silent=True)  # the entry point works
+    activate = os.path.relpath(os.path.join(session.bin, "activate"), ROOT)
+    session.log(f"sglforge is installed (editable) in {os.path.relpath(session.bin, ROOT)}; "
+                f"activate with:  source {activate}")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (fixtures build synthetic upstream repos; no network needed)."""
+    """Run the test suite (synthetic upstream repos; no network needed)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks users feel: cold build, no-op rebuild, one-file change, memory budget, patch
-    check, verify -> bench/results.json + a table (-- --quick, --runs N, --n 4 8 16).
-    Not part of the tests; about 15 minutes on 2 cores (bench/README.md)."""
+    """Benchmark builds, rebuilds, patch checks and verify (~15 min).
+
+    Cold build, no-op rebuild, one-file change, memory budget, patch check, verify ->
+    bench/results.json + a table (-- --quick, --runs N, --n 4 8 16). Not part of the tests;
+    about 15 minutes on 2 cores (bench/README.md).
+    """
     session.install("-e", ".[test]")
     session.run("python", "-m", "bench", *session.posargs)
 
@@ -106,14 +135,20 @@ def _install_build_requirements(session: nox.Session) -> None:
 
 @nox.session(python=_toolchain_python(), default=False)
 def build(session: nox.Session) -> None:
-    """Build wheels into wheels/ (-- [NAMES...] [--jobs N] [--compiler-cache ccache])."""
+    """Build wheels into wheels/ (build host: CUDA 13, the pinned Python).
+
+    -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache]
+    """
     _install_build_requirements(session)
     session.run("sglforge", "build", *session.posargs)
 
 
 @nox.session(python=_toolchain_python(), default=False)
 def verify(session: nox.Session) -> None:
-    """Rebuild from scratch and compare sha256 with wheels/manifest.json (-- [NAMES...])."""
+    """Rebuild from scratch and compare sha256 with wheels/manifest.json.
+
+    -- [RECIPE...] [--out DIR]
+    """
     _install_build_requirements(session)
     session.run("sglforge", "verify", *session.posargs)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
+from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import FULL_SHA, parse_lockfile
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import backport_wants, load_all_series
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "refresh UPSTREAM --onto COMMIT: rebase the series onto a new pin. "
                     "lint: DEP-3 errors and hints. digest URL COMMIT: a backport's sha256.")
     p.add_argument("action", choices=["check", "apply", "refresh", "lint", "digest"])
-    p.add_argument("targets", nargs="*", metavar="UPSTREAM",
+    p.add_argument("targets", nargs="*", default=[], metavar="UPSTREAM",
                    help="upstreams (default: all with a series); for digest: URL COMMIT")
     p.add_argument("--onto", metavar="COMMIT", help="refresh: the new upstream commit")
     p.add_argument("--continue", dest="resume", action="store_true",
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _targets(args: argparse.Namespace, lock, project) -> list[str]:  # noqa: ANN001
     if args.targets:
+        check_upstreams(args.targets, lock)
         for name in args.targets:
             if lock.get(name).parent is not None:
                 raise SglforgeError(f"'{name}' is not an upstream (it has a parent); series "
@@ -58,6 +60,7 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         from sglforge.patching.lint import lint_project, render_findings
 
         lock = parse_lockfile(project.lockfile)
+        check_upstreams(args.targets, lock)
         findings = lint_project(project, lock, args.targets or None)
         print(render_findings(findings))
         return 1 if blocking(findings) else 0

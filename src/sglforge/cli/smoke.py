@@ -126,6 +126,8 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     opts = _options(args, ctx)
     env = None
     wheelset = None
+    # Warnings printed here, outside the findings; the summary counts every one printed.
+    cli_warnings = 0
     if opts.existing_python:
         from sglforge.smoke.environment import probe_environment
 
@@ -137,6 +139,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         except SglforgeError as exc:
             print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
                   file=sys.stderr)
+            cli_warnings += 1
         python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
     facts = doctor.gather_host_facts(opts.profile, python, env)
     if opts.tiny_model:  # the smoke generates it into the run directory
@@ -147,7 +150,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     for finding in findings:
         print(finding.render())
     errors = blocking(findings)
-    warnings = sum(f.level == doctor.WARNING for f in findings)
+    warnings = cli_warnings + sum(f.level == doctor.WARNING for f in findings)
     print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
           f"{opts.profile.name}")
     return 1 if errors else 0

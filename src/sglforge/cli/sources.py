@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.build import plan
+from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.bundle import import_bundle, write_bundle
 from sglforge.sources.export import export_source
@@ -15,7 +16,8 @@ from sglforge.sources.fetch import fetch_sources
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fetch", help="fetch pinned sources into the cache and export them")
-    p.add_argument("names", nargs="*", help="upstreams (default: all)")
+    p.add_argument("names", nargs="*", default=[], metavar="UPSTREAM",
+                   help="upstreams (default: all)")
     p.add_argument("--offline", action="store_true", help="use only the cache; list what is missing")
     p.add_argument("--bundle", type=Path, metavar="FILE",
                    help="after fetching, write the cache for the pinned set to FILE")
@@ -34,9 +36,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
     project, settings = ctx.project, ctx.settings
     lock = parse_lockfile(project.lockfile)
+    check_upstreams(args.names, lock)
     names = args.names or [p.name for p in lock.upstreams()]
-    for name in names:
-        lock.get(name)
     wants = backport_wants(load_all_series(project, lock, names))
     offline = args.offline
     if args.from_bundle:
