@@ -56,8 +56,10 @@ def patches(session: nox.Session) -> None:
 
 @nox.session
 def check(session: nox.Session) -> None:
-    """Stack check of wheels/ + runtime.lock: requirements resolve, SGLang's kernel API names
-    exist, labels match pins, Python/torch ABI (offline, CPU only; -- --wheels DIR ...)."""
+    """Check that the built wheels and runtime.lock fit together.
+
+    Requirements resolve, SGLang's kernel API names exist, labels match pins, one
+    Python/torch ABI (offline, CPU only; -- --wheels DIR ...)."""
     session.install(PACKAGING, "tomli>=2.0; python_version < '3.11'")
     session.run("python", "-m", "sglforge", "check", *session.posargs, env=SRC_ENV)
 
@@ -155,8 +157,10 @@ def verify(session: nox.Session) -> None:
 
 @nox.session(name="lock-runtime", default=False)
 def lock_runtime(session: nox.Session) -> None:
-    """Rewrite lockfiles/runtime.in from wheels/ (or -- --metadata FILE...) and resolve it with
-    uv into the hash-pinned lockfiles/runtime.lock (needs PyPI; changes the repository)."""
+    """Regenerate lockfiles/runtime.lock (needs PyPI; edits the repo).
+
+    Rewrites lockfiles/runtime.in from wheels/ (or -- --metadata FILE...) and resolves it
+    with uv into the hash-pinned lockfiles/runtime.lock."""
     session.install(UV, ".")
     session.run("sglforge", "lock-runtime", *session.posargs,
                 env={"SGLFORGE_UV": os.path.join(session.bin, "uv")})
@@ -164,6 +168,8 @@ def lock_runtime(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def bundle(session: nox.Session) -> None:
-    """dist/<name>-<stack-version>.tar.gz for serving hosts: wheels/ + the runtime wheels of
-    -- --wheelhouse DIR, requirements.lock, SHA256SUMS, sglforge-stack.json, install.sh."""
+    """Write an offline release bundle for serving hosts into dist/.
+
+    dist/<name>-<stack-version>.tar.gz: wheels/ + the runtime wheels of -- --wheelhouse DIR,
+    requirements.lock, SHA256SUMS, sglforge-stack.json, install.sh."""
     _sglforge(session, "bundle")

@@ -59,14 +59,27 @@ NOT_RUN: dict[str, str] = {
     "nox -s build -- sglang-kernel": "an nvcc build (~1 h on 20 jobs)",
     "nox -s build -- --jobs 8 --mem-per-job 6GiB --compiler-cache ccache": "a full CUDA build",
     "nox -s verify": "rebuilds every wheel",
-    "pip install --require-hashes --no-index --find-links wheels/ -r lockfiles/wheels.lock":
-        "needs built wheels",
     "nox -s smoke -- --model /models/DeepSeek-V4-Flash": "GPU host (8x RTX PRO 6000)",
     "nox -s smoke -- --wheelhouse /srv/wheelhouse": "GPU host",
     "nox -s smoke -- --index-url https://pypi.org/simple": "GPU host; network",
     "nox -s smoke -- --venv build/smoke/dsv4-flash-pd/venv": "GPU host",
     "nox -s smoke -- --profile h200-pd-2gpu --python /opt/torch/.venv/bin/python3 --model tiny":
         "GPU host (H200)",
+    "pip install --require-hashes --no-index --only-binary :all: --find-links wheels/ "
+    "--find-links WHEELHOUSE/ -r lockfiles/wheels.lock": "needs built wheels + a wheelhouse",
+    "python3.12 -m venv /opt/sglang && . /opt/sglang/bin/activate": "serving-host setup",
+    "nox -s lock-runtime": "resolves against PyPI; tests/test_runtime_lock.py runs it (fake uv)",
+    "nox -s lock-runtime -- --check": "tests/test_runtime_lock.py checks staleness",
+    "nox -s lock-runtime -- --metadata 'DIR/*.METADATA' --note 'where they came from'":
+        "resolves against PyPI",
+    "nox -s check": "needs built wheels; tests/test_check.py builds fixture stacks",
+    "nox -s check -- --wheels DIR --runtime-lock F": "needs a wheel set; tests/test_check.py",
+    "nox -s check -- --python 3.12 --torch 2.13.0": "needs built wheels; tests/test_check.py",
+    "nox -s bundle -- --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_bundle.py",
+    "tar xzf 'sglforge-stack-<version>.tar.gz' && python3.12 -m venv venv":
+        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "'sglforge-stack-<version>/install.sh' venv/bin/python":
+        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
 }
 
 
@@ -75,7 +88,7 @@ def readme_commands(text: str) -> list[str]:
     once, in order of first appearance."""
     commands = []
     for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # join `\` continuations
             words = shlex.split(line, comments=True)
             if words:
                 commands.append(shlex.join(words).replace(" '&&' ", " && "))
