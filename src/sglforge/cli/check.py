@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "check", help="offline stack check: requirements resolve, SGLang's kernel API names "
@@ -22,7 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="serving torch (default: torch in lockfiles/toolchain.toml)")
     p.set_defaults(func=run_check_verb)
 
-
 def check_or_fail(project, **options) -> int:
     """Run the check, print the report; 0 when the stack fits, else 1. Used by build/smoke."""
     from sglforge.check.run import CheckOptions, render, run_check
@@ -30,25 +28,6 @@ def check_or_fail(project, **options) -> int:
     result = run_check(project, CheckOptions(**options))
     print(render(result), flush=True)
     return 0 if result.ok else 1
-
-
-def interpreter_version(python: Path | None) -> str:
-    """major.minor of `python` (default: this interpreter, which creates the smoke venv)."""
-    import subprocess
-    import sys
-
-    from sglforge.base.errors import SglforgeError
-
-    if python is None:
-        return "{}.{}".format(*sys.version_info[:2])
-    try:
-        code = "import sys; print('%d.%d' % sys.version_info[:2])"
-        out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                             timeout=60, check=True, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SglforgeError(f"{python}: cannot ask its Python version: {exc}") from None
-    return out.stdout.strip()
-
 
 def run_check_verb(args: argparse.Namespace, ctx) -> int:
     return check_or_fail(ctx.project, wheels_dir=args.wheels, runtime_lock=args.runtime_lock,
