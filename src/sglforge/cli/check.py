@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "check", help="offline stack check: requirements resolve, SGLang's kernel API names "
@@ -21,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="serving torch (default: torch in lockfiles/toolchain.toml)")
     p.set_defaults(func=run_check_verb)
 
+
 def check_or_fail(project, **options) -> int:
     """Run the check, print the report; 0 when the stack fits, else 1. Used by build/smoke."""
     from sglforge.check.run import CheckOptions, render, run_check
@@ -28,6 +30,7 @@ def check_or_fail(project, **options) -> int:
     result = run_check(project, CheckOptions(**options))
     print(render(result), flush=True)
     return 0 if result.ok else 1
+
 
 def run_check_verb(args: argparse.Namespace, ctx) -> int:
     return check_or_fail(ctx.project, wheels_dir=args.wheels, runtime_lock=args.runtime_lock,

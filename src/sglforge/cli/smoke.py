@@ -12,7 +12,8 @@ DEFAULT_PROFILE = "dsv4-flash-pd"
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=DEFAULT_PROFILE,
-                   help=f"profile name in profiles/ or a path to a .toml (default {DEFAULT_PROFILE})")
+                   help="profile name in profiles/ or a path to a .toml "
+                        f"(default {DEFAULT_PROFILE})")
     p.add_argument("--model", default=None,
                    help="model path (overrides the profile's model); 'tiny' generates a small "
                         "random-weight Llama into the run directory")
