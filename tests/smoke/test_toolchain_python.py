@@ -99,5 +99,5 @@ def test_venv_is_made_with_the_toolchain_python_and_installs_offline(tmp_path: P
                            "import sys; print('%d.%d' % sys.version_info[:2])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     assert made == version
-    assert installed_version(plan.python, "tinydep") == "1.0"
-    assert installed_version(plan.python, "sglang") == "0.5.99+sm120.cu130.abcd1234"
+    assert installed_version("tinydep", plan.python) == "1.0"
+    assert installed_version("sglang", plan.python) == "0.5.99+sm120.cu130.abcd1234"

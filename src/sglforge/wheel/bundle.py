@@ -188,7 +188,7 @@ def stack_document(project, name: str, version: str, wheelset, runtime: dict[str
         "upstreams": _pins(project),
         "patches": _patch_digests(project.patches_dir),
         "wheels": [{"name": w.name, "version": w.version, "file": w.file.name,
-                    "sha256": w.sha256, "provenance": w.provenance.raw}
+                    "sha256": w.sha256, "provenance": w.provenance.to_json()}
                    for w in wheelset.wheels],
         "runtime": [{"name": p.name, "version": p.version,
                      "files": [{"file": f.name, "sha256": _sha256(f)}
