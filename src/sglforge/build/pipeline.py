@@ -9,7 +9,8 @@ The pipeline, one named step each, with timings printed at the end:
               export FetchContent sources at <build-root>/deps/<name>
     compile   the PEP 517 frontend, no network, logged to <build-root>/logs/<wheel>.log
     post      version check, torch pin, provenance, normalized zip
-    audit     cuobjdump: required SASS in every device-code ELF
+    audit     cuobjdump: required SASS in every device-code ELF; no member contains the
+              build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
@@ -33,7 +34,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
 from sglforge.base.git import git_out
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
-from sglforge.build import environment
+from sglforge.build import environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.inputs.pins import Lockfile, parse_lockfile
@@ -51,7 +52,7 @@ from sglforge.inputs.toolchain import (
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
 from sglforge.sources.cache import ExportedTree, export_source, fetch_sources
-from sglforge.wheel import audit, normalize, outputs
+from sglforge.wheel import audit, leaks, normalize, outputs
 
 LOG_TAIL_LINES = 40
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
@@ -245,7 +246,7 @@ def _wheel_cache_dir(settings: Settings, key: str) -> Path:
 
 
 def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None:
-    entry_dir = _wheel_cache_dir(settings, key.value)
+    entry_dir = _wheel_cache_dir(settings, key.cache_value)
     entry = entry_dir / "entry.json"
     if not entry.is_file():
         return None
@@ -257,7 +258,7 @@ def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None
 
 
 def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> None:
-    entry_dir = _wheel_cache_dir(settings, key.value)
+    entry_dir = _wheel_cache_dir(settings, key.cache_value)
     atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
     atomic_write_bytes(entry_dir / "entry.json",
                        (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
@@ -284,7 +285,7 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         "build_requires": {r: ctx.tool.build_requires.get(r) or ctx.tool.torch
                            for r in sorted(recipe.build_requires)},
         "cuda_archs": list(recipe.cuda_archs),
-        "requires_torch": ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        "requires_torch": ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         "source_date_epoch": epoch,
         "build_root": str(ctx.settings.build_root),
         "content_key": key.value,
@@ -383,13 +384,14 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
         built[0], staging, expected_version=None if retag else version,
         expected_local=local if version is None and not retag else None,
         retag_local=local if retag else None,
-        torch_version=ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude)
     if info.removed:
         print(f"    removed {len(info.removed)} build-litter member(s): "
               + ", ".join(info.removed[:8]) + (", …" if len(info.removed) > 8 else ""))
     ctx.report.step(f"{recipe.name}: post-process", t)
     _audit_elf(ctx, recipe, final)
+    leaks.check_wheel(final, prefixmap.leak_needles(root))  # no build-machine paths inside
 
     if recipe.cuda_archs:
         t = time.monotonic()
