@@ -84,8 +84,8 @@ def caller_venv(path: Path) -> Path:
     leaky header in its own include dir: a different sys.prefix, the same everything else."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                           "['purelib'])"], capture_output=True, text=True, check=True)
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
     Path(site.stdout.strip(), "parent-venv.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n")
     (path / "include" / "leaky").mkdir(parents=True)
@@ -94,7 +94,7 @@ def caller_venv(path: Path) -> Path:
 
 
 @pytest.fixture
-def leaky(tmp_path):  # noqa: ANN001, ANN201
+def leaky(tmp_path):
     project = make_project(tmp_path, ("purepy",))
     commit = upstreams.make_repo(project.mirror / "org" / "leakyext", LEAKYEXT)
     with open(project.root / "lockfiles" / "upstreams.toml", "a") as handle:
@@ -104,7 +104,7 @@ def leaky(tmp_path):  # noqa: ANN001, ANN201
     return project
 
 
-def build_with(project, python: Path, out: Path) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+def build_with(project, python: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     env.pop("SGLFORGE_PROJECT", None)
     proc = subprocess.run([str(python), "-m", "sglforge", *project.args(), "build", "leakyext",
