@@ -122,10 +122,10 @@ def top_level(wheel: Path) -> str | None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         tops = [n for n in names if n.endswith(".dist-info/top_level.txt")]
-        if tops:
-            first = archive.read(tops[0]).decode().split()
-            if first:
-                return first[0]
+        listed = archive.read(tops[0]).decode().split() if tops else []
+        packages = [t for t in listed if f"{t}/__init__.py" in names]  # not build_backend.py
+        if packages or listed:
+            return (packages or listed)[0]
     roots = sorted({n.split("/")[0] for n in names if n.endswith("/__init__.py")
                     and n.count("/") == 1})
     return roots[0] if roots else None
@@ -149,9 +149,10 @@ def try_import(python_src: str, wheel: Path, work: Path, deps_site: Path, log: P
     proc = subprocess.run([py, "-c", f"import {module}; print({module}.__file__)"],
                           capture_output=True, text=True, env=env, cwd=work, check=False,
                           timeout=300)
-    ok = proc.returncode == 0 and proc.stdout.strip().startswith(str(venv))
+    where = (proc.stdout.strip().splitlines() or [""])[-1]
+    ok = proc.returncode == 0 and where.startswith(str(venv))
     error = (proc.stderr.strip().splitlines() or ["?"])[-1] if proc.returncode else None
-    return {"ok": ok, "module": module, "file": proc.stdout.strip() or None, "error": error}
+    return {"ok": ok, "module": module, "file": where or None, "error": error}
 
 
 def check_recipe(args: argparse.Namespace, name: str, recipe_upstream: str,
