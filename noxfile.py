@@ -193,8 +193,10 @@ def _bootstrap(session: nox.Session) -> str:
     env = toolchain_lock.pip_env()
     session.log("installing sglforge into " + venv)
     session.run(venv_python, "-m", "pip", "install", "--quiet", ROOT, external=True)
-    size = "torch + CUDA libraries: ~5 GB" if torch else "no torch: ~150 MB"
-    session.log(f"installing lockfiles/toolchain.lock ({size}; README 'First run')")
+    size = ("~100 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)" if torch
+            else "~100 MB download, no torch")
+    session.log(f"installing lockfiles/toolchain.lock ({size}; README: what the first run "
+                "downloads)")
     for command in commands:
         session.run(*command, env=env, external=True)
     return venv_python
