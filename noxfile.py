@@ -21,6 +21,8 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = os.path.dirname(os.path.abspath(__file__))
 SRC_ENV = {"PYTHONPATH": os.path.join(ROOT, "src")}
 UNIDIFF = "unidiff>=1.0,<2"  # as in pyproject.toml
+UV = "uv==0.13.9"  # the resolver of lockfiles/runtime.lock (sglforge.wheel.runtime.UV_VERSION)
+PACKAGING = "packaging>=24"  # as in pyproject.toml; `check` needs only this (+ tomli < 3.11)
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
@@ -30,49 +32,88 @@ def _sglforge(session: nox.Session, verb: str) -> None:
 
 @nox.session(python=False)
 def plan(session: nox.Session) -> None:
-    """Print pins, patch series with digests, and the build steps (offline)."""
+    """Print pins, patch series with digests and build steps (offline)."""
     _sglforge(session, "plan")
 
 
 @nox.session(python=False)
 def fetch(session: nox.Session) -> None:
-    """Fetch pinned sources into the cache and export clean trees (-- --offline, --bundle F)."""
+    """Fetch pinned sources into the cache and export clean work trees.
+
+    -- [UPSTREAM...] [--offline] [--bundle FILE | --from-bundle FILE] [--mirror U=M]
+    """
     _sglforge(session, "fetch")
 
 
 @nox.session
 def patches(session: nox.Session) -> None:
-    """Patch series: -- check|apply|refresh|lint [upstream...]."""
+    """Check, apply, refresh or lint the patch series.
+
+    -- check|apply|refresh|lint [UPSTREAM...] [--offline] [--onto COMMIT]
+    """
     session.install(UNIDIFF)
     session.run("python", "-m", "sglforge", "patches", *session.posargs, env=SRC_ENV)
 
 
+@nox.session
+def check(session: nox.Session) -> None:
+    """Check that the built wheels and runtime.lock fit together.
+
+    Requirements resolve, SGLang's kernel API names exist, labels match pins, one
+    Python/torch ABI (offline, CPU only; -- --wheels DIR ...)."""
+    session.install(PACKAGING, "tomli>=2.0; python_version < '3.11'")
+    session.run("python", "-m", "sglforge", "check", *session.posargs, env=SRC_ENV)
+
+
 @nox.session(python=False)
 def smoke(session: nox.Session) -> None:
-    """GPU host: install wheels/ into a fresh venv, launch the PD pair + router, run checks
+    """GPU host: smoke-test the wheels with a prefill/decode pair.
+
+    Installs wheels/ into a fresh venv, launches the PD pair + router, runs checks
     (-- --model PATH|tiny, --profile NAME, --dry-run, --python PATH). It builds its own venv
-    from the lock, unless --python/--venv names an existing environment."""
+    from the lock, unless --python/--venv names an existing environment.
+    """
     _sglforge(session, "smoke")
 
 
 @nox.session(python=False)
 def doctor(session: nox.Session) -> None:
-    """Check this host against a smoke profile and the built wheels (-- --profile NAME)."""
+    """Check this host against a smoke profile and the built wheels.
+
+    -- [--profile NAME] [--python PATH]
+    """
     _sglforge(session, "doctor")
+
+
+@nox.session(default=False)
+def dev(session: nox.Session) -> None:
+    """Make a venv with sglforge installed editable (the `sglforge` CLI).
+
+    Then `source .nox/dev/bin/activate` (printed) and run `sglforge --help`, or call
+    `.nox/dev/bin/sglforge …` directly. Every documented command also works as `nox -s VERB`.
+    """
+    session.install("-e", ".")
+    session.run("sglforge", "--help", silent=True)  # the entry point works
+    activate = os.path.relpath(os.path.join(session.bin, "activate"), ROOT)
+    session.log(f"sglforge is installed (editable) in {os.path.relpath(session.bin, ROOT)}; "
+                f"activate with:  source {activate}")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (fixtures build synthetic upstream repos; no network needed)."""
+    """Run the test suite (synthetic upstream repos; no network needed)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks users feel: cold build, no-op rebuild, one-file change, memory budget, patch
-    check, verify -> bench/results.json + a table (-- --quick, --runs N, --n 4 8 16).
-    Not part of the tests; about 15 minutes on 2 cores (bench/README.md)."""
+    """Benchmark builds, rebuilds, patch checks and verify (~15 min).
+
+    Cold build, no-op rebuild, one-file change, memory budget, patch check, verify ->
+    bench/results.json + a table (-- --quick, --runs N, --n 4 8 16). Not part of the tests;
+    about 15 minutes on 2 cores (bench/README.md).
+    """
     session.install("-e", ".[test]")
     session.run("python", "-m", "bench", *session.posargs)
 
@@ -197,22 +238,28 @@ def _bootstrap(session: nox.Session) -> str:
             else "~100 MB download, no torch")
     session.log(f"installing lockfiles/toolchain.lock ({size}; README: what the first run "
                 "downloads)")
-    for command in commands:
-        session.run(*command, env=env, external=True)
+    for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in
+        session.run(*command, env=env, include_outer_env=False, external=True)
     return venv_python
 
 
 @nox.session(python=False, default=False)
 def build(session: nox.Session) -> None:
-    """Build wheels into wheels/ (-- [NAMES...] [--jobs N] [--compiler-cache ccache]).
-    Order: toolchain Python check, source fetch, toolchain install, build."""
+    """Build wheels into wheels/ (build host: CUDA 13, the pinned Python).
+
+    -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache]
+    Order: toolchain Python check, source fetch, toolchain install (.nox/build-toolchain), build.
+    """
     python = _bootstrap(session)
     session.run(python, "-m", "sglforge", "build", *session.posargs, external=True)
 
 
 @nox.session(python=False, default=False)
 def verify(session: nox.Session) -> None:
-    """Rebuild from scratch and compare sha256 with wheels/manifest.json (-- [NAMES...])."""
+    """Rebuild from scratch and compare sha256 with wheels/manifest.json.
+
+    -- [RECIPE...] [--out DIR]
+    """
     manifest = os.path.join(ROOT, "wheels", "manifest.json")
     if not os.path.isfile(manifest):
         session.error(f"{manifest} does not exist: nothing to verify (run `nox -s build` "
@@ -228,3 +275,23 @@ def realcheck(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "bench.realcheck", *session.posargs,
                 env={"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])},
                 external=True)
+
+
+@nox.session(name="lock-runtime", default=False)
+def lock_runtime(session: nox.Session) -> None:
+    """Regenerate lockfiles/runtime.lock (needs PyPI; edits the repo).
+
+    Rewrites lockfiles/runtime.in from wheels/ (or -- --metadata FILE...) and resolves it
+    with uv into the hash-pinned lockfiles/runtime.lock."""
+    session.install(UV, ".")
+    session.run("sglforge", "lock-runtime", *session.posargs,
+                env={"SGLFORGE_UV": os.path.join(session.bin, "uv")})
+
+
+@nox.session(python=False)
+def bundle(session: nox.Session) -> None:
+    """Write an offline release bundle for serving hosts into dist/.
+
+    dist/<name>-<stack-version>.tar.gz: wheels/ + the runtime wheels of -- --wheelhouse DIR,
+    requirements.lock, SHA256SUMS, sglforge-stack.json, install.sh."""
+    _sglforge(session, "bundle")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglforge.wheel.provenance import Provenance
+
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -38,3 +40,9 @@ def install_lock(python: Path, project_root: Path) -> subprocess.CompletedProces
          "--find-links", str(project_root / "wheels"), "-r",
          str(project_root / "lockfiles" / "wheels.lock")],
         capture_output=True, text=True, env=pip_env(), check=False)
+
+
+def provenance_stub(**fields) -> Provenance:
+    """A minimal valid Provenance, for tests of post-processing (a build records much more)."""
+    return Provenance(**{"upstream": "demo", "commit": "0" * 40, "version": "", "cuda_archs": (),
+                         "requires_torch": None, "toolchain": {}, **fields})

@@ -13,7 +13,9 @@ from sglforge.inputs.project import Project
 from sglforge.patching.apply import PatchFailed, apply_series
 from sglforge.patching.backport import digest_of
 from sglforge.patching.series import load_series
-from sglforge.sources import cache as sources
+from sglforge.sources.cache import SourceCache
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import GitWant, fetch_commit, fetch_sources
 from tests.fixtures.gitrepos import local_patch, run_git
 
 
@@ -26,8 +28,8 @@ def edit_core(index: int, value: str) -> dict[str, str]:
 def tree(world, upstreams):  # noqa: ANN001, ANN201
     """A fresh export of alpha at its pin, and a function applying the project's series."""
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
-    sources.fetch_sources(lock, [], world.settings(), offline=False)
-    exported = sources.export_source(lock, "alpha", world.build_root / "src/alpha",
+    fetch_sources(lock, [], world.settings(), offline=False)
+    exported = export_source(lock, "alpha", world.build_root / "src/alpha",
                                      world.settings())
 
     def apply():  # noqa: ANN202
@@ -61,7 +63,7 @@ def test_series_applies_as_one_commit_per_patch(world, upstreams, tree):
     assert "return 33" in core and "return 2020" in core
     assert run_git(tree.path, "status", "--porcelain") == ""
     # Same series on the same pin gives the same commits (fixed committer and dates).
-    again = sources.export_source(parse_lockfile(world.project / "lockfiles/upstreams.toml"),
+    again = export_source(parse_lockfile(world.project / "lockfiles/upstreams.toml"),
                                   "alpha", world.root / "again", world.settings())
     second_run = apply_series(again.path, load_series(Project(world.project), "alpha"),
                               world.settings())
@@ -158,9 +160,9 @@ def upstream_fix(world, upstreams, message: str, files: dict[str, str]) -> tuple
     run_git(alpha.path, "checkout", "--quiet", "-B", "fix-branch", upstreams.pinned)
     fix = alpha.commit(message, files)
     run_git(alpha.path, "checkout", "--quiet", "main")
-    cache = sources.SourceCache(world.cache)
+    cache = SourceCache(world.cache)
     with cache.locked():
-        sources.fetch_commit(cache, sources.GitWant(world.url("org/alpha"), fix, "t"),
+        fetch_commit(cache, GitWant(world.url("org/alpha"), fix, "t"),
                              world.settings(), False)
     return fix, digest_of(cache.git_dir(world.url("org/alpha")), fix)
 
@@ -197,7 +199,8 @@ def test_backport_exclude_drops_files_and_unknown_exclude_is_an_error(world, ups
     fix, digest = upstream_fix(world, upstreams, "Upstream: two files",
                                {**edit_core(7, "77"), "src/alpha/__init__.py": "VALUE = 7\n"})
     url = world.url("org/alpha")
-    world.write_series("alpha", [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
+    world.write_series("alpha",
+                       [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
     tree.apply()
     assert "return 77" in (tree.path / "src/alpha/core.py").read_text()
     assert (tree.path / "src/alpha/__init__.py").read_text() == "VALUE = 1\n"

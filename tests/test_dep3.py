@@ -80,7 +80,7 @@ def test_plain_dep3_patches_apply_with_their_author_and_message(world, upstreams
     # lint reads the DEP-3 fields of the plain form as it does the mbox's.
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
     findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 1))
-    assert [f for f in findings if f.severity == "error"] == []
+    assert [f for f in findings if f.level == "error"] == []
 
 
 def test_dep3_patch_escaping_the_tree_is_refused(world, upstreams, tree):  # noqa: ANN001, F811
@@ -148,7 +148,7 @@ def test_dep3_patch_without_author_is_a_clear_error(world, upstreams, tree):  # 
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
     findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 1))
     assert any("without Author (or From)" in f.message for f in findings
-               if f.severity == "error")
+               if f.level == "error")
 
 
 def test_refresh_turns_a_dep3_patch_into_an_mbox_keeping_its_fields(world, upstreams):  # noqa: ANN001
@@ -166,4 +166,4 @@ def test_refresh_turns_a_dep3_patch_into_an_mbox_keeping_its_fields(world, upstr
     assert b"Origin: vendor, https://example.invalid/sglforge" in regenerated
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
     findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 1))
-    assert [f for f in findings if f.severity == "error"] == []
+    assert [f for f in findings if f.level == "error"] == []

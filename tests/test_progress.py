@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from sglforge.build.pipeline import log_tail, run_logged
+from sglforge.base.logs import log_tail
+from sglforge.build.pipeline import run_logged
 
 
 def test_progress_lines_and_log_file(tmp_path, capsys):

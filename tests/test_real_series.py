@@ -47,5 +47,5 @@ def test_lint_reports_no_errors_for_the_repositorys_patches() -> None:
     project = Project(ROOT)
     lock = parse_lockfile(project.lockfile)
     findings = lint_project(project, lock, None)
-    errors = [f for f in findings if f.severity == "error"]
+    errors = [f for f in findings if f.level == "error"]
     assert not errors, render_findings(findings)

@@ -35,14 +35,17 @@ def test_build_order_dependencies_first_and_cycles_named():
         build_order({"a": ("b",), "b": ("a",)})
 
 
-def test_mem_available_override_is_the_budget(monkeypatch):
-    monkeypatch.setenv("SGLFORGE_MEM_AVAILABLE", "1536MiB")
-    machine = Machine.detect()
+def test_mem_available_override_is_the_budget(tmp_path):
+    from sglforge.inputs.settings import load_settings
+
+    settings = load_settings(environ={"SGLFORGE_MEM_AVAILABLE": "1536MiB",
+                                      "XDG_CONFIG_HOME": str(tmp_path)})
+    machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     assert machine.mem_available == 1536 << 20
     plan = plan_jobs(Machine(cores=8, mem_available=machine.mem_available,
                              mem_source=machine.mem_source), mem_per_job=512 << 20)
     assert plan.jobs == 3
-    assert "1.5 GiB available (SGLFORGE_MEM_AVAILABLE)" in plan.reason
-    monkeypatch.setenv("SGLFORGE_MEM_AVAILABLE", "lots")
+    assert "1.5 GiB available (env: SGLFORGE_MEM_AVAILABLE)" in plan.reason
     with pytest.raises(SglforgeError, match="SGLFORGE_MEM_AVAILABLE='lots'"):
-        Machine.detect()
+        load_settings(environ={"SGLFORGE_MEM_AVAILABLE": "lots",
+                               "XDG_CONFIG_HOME": str(tmp_path)})

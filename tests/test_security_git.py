@@ -19,7 +19,8 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.settings import load_settings
-from sglforge.sources import cache as sources
+from sglforge.sources.cache import SourceCache
+from sglforge.sources.fetch import GitWant, fetch_commit
 from tests.fixtures.gitrepos import UPSTREAM, local_patch, source_entry
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -132,22 +133,23 @@ def test_mirror_targets_are_checked_like_pin_urls(world, upstreams, tmp_path):
 ])
 def test_fetch_layer_never_runs_an_unvalidated_url(world, template):
     pwned = world.root / "PWNED"
-    want = sources.GitWant(template.format(pwned=pwned), GOOD, "hostile")
-    cache = sources.SourceCache(world.cache)
+    want = GitWant(template.format(pwned=pwned), GOOD, "hostile")
+    cache = SourceCache(world.cache)
     with pytest.raises(SglforgeError, match="hostile: cannot fetch"):
-        sources.fetch_commit(cache, want, world.settings(mirrors=()), offline=False)
+        fetch_commit(cache, want, world.settings(mirrors=()), offline=False)
     assert not pwned.exists()
 
 
 def test_fetch_layer_does_not_block_on_fd_transport(world):
     code = (
         "import sys; from pathlib import Path\n"
-        "from sglforge.sources import cache as sources\n"
+        "from sglforge.sources.cache import SourceCache\n"
+        "from sglforge.sources.fetch import GitWant, fetch_commit\n"
         "from sglforge.inputs.settings import Settings\n"
         f"s = Settings(cache_dir=Path({str(world.cache)!r}), build_root=Path('/tmp/x'))\n"
-        f"w = sources.GitWant('fd::0', {GOOD!r}, 'hostile')\n"
+        f"w = GitWant('fd::0', {GOOD!r}, 'hostile')\n"
         "try:\n"
-        "    sources.fetch_commit(sources.SourceCache(s.cache_dir), w, s, offline=False)\n"
+        "    fetch_commit(SourceCache(s.cache_dir), w, s, offline=False)\n"
         "except Exception as exc:\n"
         "    print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True,
@@ -177,10 +179,10 @@ def _incomplete_mirror(world):
 
 def test_fetch_from_incomplete_mirror_names_object_shows_stderr_and_leaves_no_litter(world):
     head, blob = _incomplete_mirror(world)
-    cache = sources.SourceCache(world.cache)
-    want = sources.GitWant(world.url("org/big"), head, "big")
+    cache = SourceCache(world.cache)
+    want = GitWant(world.url("org/big"), head, "big")
     with pytest.raises(SglforgeError) as err:
-        sources.fetch_commit(cache, want, world.settings(), offline=False)
+        fetch_commit(cache, want, world.settings(), offline=False)
     message = str(err.value)
     assert f"big: cannot fetch {world.url('org/big')} (mirror {world.mirror}/org/big): " \
            f"the source is missing object {blob}; git says:" in message

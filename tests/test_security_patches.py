@@ -13,12 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from sglforge.base.errors import ConfigErrors
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.patching.apply import PatchFailed, apply_series
 from sglforge.patching.diff import DiffParseError, parse_diff, unquote
 from sglforge.patching.series import load_series
-from sglforge.sources import cache as sources
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import fetch_sources
 from tests.fixtures.gitrepos import local_patch, run_git, source_entry
 from tests.test_apply import edit_core, mbox
 
@@ -49,8 +51,8 @@ def links(world):  # noqa: ANN001, ANN201
     pinned = repo.commit("tree with links")
     world.write_lockfile(source_entry("links", world.url("org/links"), pinned, ref="main"))
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
-    sources.fetch_sources(lock, [], world.settings(), offline=False)
-    exported = sources.export_source(lock, "links", world.build_root / "src/links",
+    fetch_sources(lock, [], world.settings(), offline=False)
+    exported = export_source(lock, "links", world.build_root / "src/links",
                                      world.settings())
 
     def apply():  # noqa: ANN202
@@ -267,3 +269,30 @@ def test_unidiff_alone_misreads_crlf_headers_and_leaves_paths_quoted():
     assert patched.path == '"caf\\303\\251"'  # still quoted, escapes undecoded
     (ours,) = parse_diff(quoted.encode())
     assert ours.new_path == "caf\u00e9"
+
+
+# ---------------------------------------------------------------------------------------------
+# Series and patch files are read as regular files only
+
+
+def test_patch_file_that_is_a_symlink_is_refused_without_reading_it(world, upstreams, tmp_path):  # noqa: ANN001, E501
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT\n")
+    series = world.write_series("alpha", ["0001-innocent.patch"])
+    (series.parent / "0001-innocent.patch").symlink_to(secret)
+    proc = run_cli(world, "patches", "lint", "alpha")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out
+    assert "0001-innocent.patch is a symbolic link" in out
+    assert "TOP-SECRET-CONTENT" not in out
+
+
+def test_series_file_that_is_a_symlink_is_refused(world, upstreams, tmp_path):  # noqa: ANN001
+    outside = tmp_path / "elsewhere-series"
+    outside.write_text("0001-x.patch\n")
+    series = world.write_series("alpha", [])
+    series.unlink()
+    series.symlink_to(outside)
+    with pytest.raises(ConfigErrors) as err:
+        load_series(Project(world.project), "alpha")
+    assert "the series file is a symbolic link" in str(err.value)

@@ -18,7 +18,7 @@ import pytest
 from sglforge.base.errors import SglforgeError
 from sglforge.wheel import audit
 from sglforge.wheel.normalize import DEFAULT_EXCLUDE, parse_headers, pin_torch, postprocess
-from tests.helpers import fresh_venv, pip_env
+from tests.helpers import fresh_venv, pip_env, provenance_stub
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 
@@ -108,7 +108,7 @@ def test_installed_wheels_show_the_torch_pin_and_label_through_importlib(tmp_pat
                           wheel_files(name, version, meta, {}))
         out, _ = postprocess(src, tmp_path / "out", expected_version=None,
                                 expected_local=None, torch_version="2.13.0",
-                                provenance={}, epoch=0, retag_local="cu130.abcdef12")
+                                provenance=provenance_stub(), epoch=0, retag_local="cu130.abcdef12")
         assert out.name == f"{name}-{version}+cu130.abcdef12-py3-none-any.whl"
         results[name] = installed(venv, out, name)
     assert results["nobody"] == {"version": "1.0+cu130.abcdef12",
@@ -129,7 +129,7 @@ def test_build_litter_is_dropped_reported_and_left_out_of_record(tmp_path):
         "deep_gemm", "1.0", b"Metadata-Version: 2.1\nName: deep_gemm\nVersion: 1.0\n",
         {**litter, **keep}))
     out, info = postprocess(src, tmp_path / "out", expected_version=None, expected_local=None,
-                            torch_version=None, provenance={}, epoch=0)
+                            torch_version=None, provenance=provenance_stub(), epoch=0)
     assert list(info.removed) == sorted(litter)
     with zipfile.ZipFile(out) as archive:
         names = set(archive.namelist())
@@ -140,7 +140,7 @@ def test_build_litter_is_dropped_reported_and_left_out_of_record(tmp_path):
     assert provenance["removed"] == sorted(litter)
     # a recipe can opt out of a default (here: keep *.o) by listing its own set
     out, info = postprocess(src, tmp_path / "out2", expected_version=None, expected_local=None,
-                            torch_version=None, provenance={}, epoch=0,
+                            torch_version=None, provenance=provenance_stub(), epoch=0,
                             exclude=tuple(p for p in DEFAULT_EXCLUDE if p != "*.o"))
     assert "pkg/kernel.o" not in info.removed
 
@@ -155,7 +155,7 @@ def test_a_wheel_with_an_elf_gets_a_platform_tag_and_a_pure_one_fails_the_audit(
                                             "pure \\(Root-Is-Purelib: true, Tag: py3-none-any"):
         audit.audit_purity(src)
     out, _ = postprocess(src, tmp_path / "out", expected_version=None, expected_local=None,
-                         torch_version=None, provenance={}, epoch=0)
+                         torch_version=None, provenance=provenance_stub(), epoch=0)
     assert out.name == "native-1.0-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(out) as archive:
         wheel = parse_headers(archive.read("native-1.0.dist-info/WHEEL"))
@@ -170,7 +170,7 @@ def test_a_pure_wheel_stays_pure(tmp_path):
     src = write_wheel(tmp_path / "p-1.0-py3-none-any.whl", wheel_files(
         "p", "1.0", b"Metadata-Version: 2.1\nName: p\nVersion: 1.0\n", {}))
     out, _ = postprocess(src, tmp_path / "out", expected_version=None, expected_local=None,
-                         torch_version=None, provenance={}, epoch=0)
+                         torch_version=None, provenance=provenance_stub(), epoch=0)
     assert out.name == "p-1.0-py3-none-any.whl"
     audit.audit_purity(out)
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.wheel.normalize import postprocess, read_provenance
+from sglforge.wheel.normalize import postprocess
+from sglforge.wheel.provenance import read as read_provenance
+from tests.helpers import provenance_stub
 
 META = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0+abc\nRequires-Dist: torch>=2.0\n\nbody\n"
 
@@ -38,7 +40,7 @@ def test_normalized_wheels_are_identical_and_well_formed(tmp_path):
     for i, src in enumerate((a, b)):
         out, _ = postprocess(src, tmp_path / f"out{i}", expected_version="1.0+abc",
                                 expected_local=None, torch_version="2.13.0",
-                                provenance={"content_key": "k"}, epoch=1754049600)
+                                provenance=provenance_stub(content_key="k"), epoch=1754049600)
         outs.append(out)
     assert outs[0].read_bytes() == outs[1].read_bytes()
     with zipfile.ZipFile(outs[0]) as archive:
@@ -52,7 +54,7 @@ def test_normalized_wheels_are_identical_and_well_formed(tmp_path):
         assert "Requires-Dist: torch==2.13.0" in meta and "torch>=2.0" not in meta
         record = archive.read("demo-1.0+abc.dist-info/RECORD").decode()
         assert "demo-1.0+abc.dist-info/sglforge-build.json,sha256=" in record
-    assert read_provenance(outs[0]) == {"content_key": "k", "version": "1.0+abc"}
+    assert read_provenance(outs[0]) == provenance_stub(content_key="k", version="1.0+abc")
 
 
 def test_version_mismatch_is_an_error(tmp_path):
@@ -61,10 +63,10 @@ def test_version_mismatch_is_an_error(tmp_path):
                      (2024, 1, 1, 0, 0, 0))
     with pytest.raises(SglforgeError, match="built version 1.0\\+abc, expected 1.0\\+zzz"):
         postprocess(src, tmp_path / "o", expected_version="1.0+zzz", expected_local=None,
-                    torch_version=None, provenance={}, epoch=0)
+                    torch_version=None, provenance=provenance_stub(), epoch=0)
     with pytest.raises(SglforgeError, match="lacks the local label \\+zzz"):
         postprocess(src, tmp_path / "o", expected_version=None, expected_local="zzz",
-                    torch_version=None, provenance={}, epoch=0)
+                    torch_version=None, provenance=provenance_stub(), epoch=0)
 
 
 def test_retag_appends_local_label_everywhere(tmp_path):
@@ -75,7 +77,8 @@ def test_retag_appends_local_label_everywhere(tmp_path):
                          "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
         archive.writestr("demo-1.0.data/scripts/x", "#!/bin/sh\n")
     out, info = postprocess(src, tmp_path / "o", expected_version=None, expected_local=None,
-                            torch_version=None, provenance={}, epoch=0, retag_local="sm120.ab")
+                            torch_version=None, provenance=provenance_stub(), epoch=0,
+                            retag_local="sm120.ab")
     assert out.name == "demo-1.0+sm120.ab-py3-none-any.whl" and info.version == "1.0+sm120.ab"
     with zipfile.ZipFile(out) as archive:
         names = archive.namelist()

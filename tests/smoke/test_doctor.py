@@ -14,7 +14,8 @@ import pytest
 from sglforge.smoke import doctor
 from sglforge.smoke.doctor import ERROR, GpuInfo, HostFacts, arch_runs_on, diagnose
 from sglforge.smoke.profile import load_profile
-from sglforge.smoke.wheelset import Provenance, Wheel, WheelSet
+from sglforge.smoke.wheelset import Wheel, WheelSet
+from sglforge.wheel.provenance import Provenance
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = load_profile(REPO / "profiles" / "dsv4-flash-pd.toml", REPO)
@@ -22,7 +23,7 @@ PROFILE = load_profile(REPO / "profiles" / "dsv4-flash-pd.toml", REPO)
 
 def _wheel(name: str, upstream: str, archs: list[str], torch: str | None) -> Wheel:
     prov = Provenance(upstream=upstream, commit="a" * 40, version="1.0", cuda_archs=tuple(archs),
-                      requires_torch=torch, toolchain={"cuda": "13.0"}, raw={})
+                      requires_torch=torch, toolchain={"cuda": "13.0"})
     return Wheel(file=Path(f"/w/{name}-1.0-py3-none-any.whl"), name=name, version="1.0",
                  sha256="0" * 64, provenance=prov)
 

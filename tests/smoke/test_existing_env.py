@@ -6,7 +6,6 @@ shared-GPU opt-in, and `sglforge tiny-model`."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from sglforge.smoke import doctor, tinymodel
 from sglforge.smoke.doctor import ERROR, OK, WARNING, GpuInfo, HostFacts, diagnose
 from sglforge.smoke.environment import EnvStack, InstalledPackage, parse_probe
 from sglforge.smoke.profile import load_profile
-from sglforge.smoke.wheelset import Provenance
+from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 
 from .conftest import STANDIN_ROUTER, SmokeProject, provenance
 
@@ -100,14 +99,14 @@ def test_router_health_before_readiness_race(smoke_project: SmokeProject, instal
 # An existing environment (--python)
 
 
-def _dist_info(site: Path, name: str, version: str, prov: dict | None) -> None:
+def _dist_info(site: Path, name: str, version: str, prov: Provenance | None) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "INSTALLER").write_text("pip\n")
     (info / "RECORD").write_text("")
     if prov is not None:
-        (info / "sglforge-build.json").write_text(json.dumps(prov))
+        (info / PROVENANCE_FILE).write_bytes(prov.dumps())
 
 
 def _overlay(tmp_path: Path) -> Path:
@@ -192,7 +191,7 @@ def _package(name: str, version: str, archs: list[str] | None = None,
              torch: str | None = None) -> InstalledPackage:
     prov = None if archs is None else Provenance(
         upstream=name, commit="b" * 40, version=version, cuda_archs=tuple(archs),
-        requires_torch=torch, toolchain={"cuda": "13.0"}, raw={})
+        requires_torch=torch, toolchain={"cuda": "13.0"})
     return InstalledPackage(name=name, version=version, location=None, installer="pip",
                             provenance=prov)
 
@@ -244,7 +243,7 @@ def test_probe_output_parses_provenance_and_modules() -> None:
         "python": "/p", "python_version": "3.12.3", "pythonpath": "/site",
         "packages": {"flashinfer-python": {
             "version": "0.6.12+sm120.cu130.cced78e6", "location": "/site/x.dist-info",
-            "installer": "pip", "provenance": provenance("flashinfer", "0.6.12", [])},
+            "installer": "pip", "provenance": provenance("flashinfer", "0.6.12", []).to_json()},
             "torch": {"version": "2.11.0+cu130", "location": None, "installer": None,
                       "provenance": None}},
         "modules": {"torch": {"path": "/t", "cuda": "13.0"},

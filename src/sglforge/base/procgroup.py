@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 class Terminated(BaseException):
@@ -43,16 +44,14 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def signals_as_exceptions() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise `Terminated` in the main thread while the block runs."""
+def _handling(signums: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """Install `handler` for `signums` while the block runs, then restore the previous ones.
+
+    Only the main thread can set signal handlers; elsewhere this does nothing."""
     if not _main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, handler) for s in signums}
     try:
         yield
     finally:
@@ -61,18 +60,21 @@ def signals_as_exceptions() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise `Terminated` in the main thread while the block runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    with _handling((signal.SIGTERM, signal.SIGHUP), handler):
+        yield
+
+
+@contextlib.contextmanager
 def interrupts_ignored() -> Iterator[None]:
     """Ignore SIGINT/SIGTERM/SIGHUP during teardown: a second Ctrl-C must not cut it short."""
-    if not _main_thread():
+    with _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), signal.SIG_IGN):
         yield
-        return
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 @contextlib.contextmanager
@@ -80,18 +82,10 @@ def interrupts_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM/SIGHUP back until the block is done, then act on the first one.
 
     For short steps that must not be cut in half (publishing wheels/ and its manifest)."""
-    if not _main_thread():
-        yield
-        return
     pending: list[int] = []
-    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
-                for s in signums}
-    try:
+    with _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
+                   lambda signum, frame: pending.append(signum)):
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
     if pending:
         if pending[0] == signal.SIGINT:
             raise KeyboardInterrupt

@@ -7,11 +7,34 @@ continuations follow pip's rules; problems name the logical line where a require
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;]+)(?P<rest>.*)$")
 _HASH = re.compile(r"--hash=sha256:(?P<hex>[0-9a-f]{64})(?=\s|$)")
+
+
+def installed_version(name: str, python: Path | None = None) -> str | None:
+    """Version of distribution `name` installed for this interpreter, or for `python`.
+
+    Read from metadata, never imported (torch takes seconds); None when it is not installed
+    (or `python` does not exist)."""
+    if python is None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    if not python.exists():
+        return None
+    code = ("import importlib.metadata as m, sys\n"
+            "try: print(m.version(sys.argv[1]))\n"
+            "except m.PackageNotFoundError: print('')")
+    result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
+                            check=False)
+    return result.stdout.strip() or None
 
 
 def canonical_name(name: str) -> str:

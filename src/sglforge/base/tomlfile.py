@@ -1,17 +1,23 @@
 """Reading TOML input files into typed values, with errors that name the file, key and line.
 
 `TableReader` wraps one table: typed getters record problems instead of raising, and
-`finish()` reports keys nobody asked for. A `Problems` collector gathers every problem in a
-file so the user sees all of them at once (scikit-build-core style).
+`finish()` reports keys nobody asked for, with the nearest known key ("did you mean"). A
+`Problems` collector gathers every problem in a file so the user sees all of them at once
+(scikit-build-core style).
+
+A model can be declared once: dataclass fields made with `key(...)` carry the TOML key, the
+getter and its checks in their metadata, and `read_keys(reader, cls)` reads them all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import difflib
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +91,12 @@ def key_line(text: str, start_line: int, key: str) -> int | None:
         if pattern.match(line):
             return number
     return None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """` — did you mean 'x'?` for the nearest of `known` (difflib), or ''."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.6)
+    return f" — did you mean '{close[0]}'?" if close else ""
 
 
 def _show(value: Any, limit: int = 80) -> str:
@@ -257,8 +269,56 @@ class TableReader:
         self.error(key, f"expected a date like 2026-08-22, got {_show(value)}")
         return None
 
-    def finish(self) -> None:
-        """Report keys present in the table that no getter asked for."""
+    def finish(self, known: Iterable[str] = ()) -> None:
+        """Report keys present in the table that no getter asked for, suggesting the nearest
+        key that was asked for (or is in `known`)."""
+        candidates = self.seen | set(known)
         for key in self.data:
             if key not in self.seen:
-                self.error(key, "unknown key")
+                self.error(key, "unknown key" + did_you_mean(str(key), candidates))
+
+
+# ---------------------------------------------------------------------------------------------
+# declarative models: one dataclass field per key
+
+
+@dataclasses.dataclass(frozen=True)
+class KeySpec:
+    """How one TOML key is read: `getter` is a `TableReader` method name, `options` its checks."""
+
+    name: str
+    getter: str
+    options: tuple[tuple[str, Any], ...] = ()
+    env: str | None = None  # an environment variable that may override the value
+    doc: str = ""
+
+
+def key(name: str, getter: str = "str", *, default: Any = dataclasses.MISSING,
+        default_factory: Any = dataclasses.MISSING, env: str | None = None, doc: str = "",
+        **options: Any) -> Any:
+    """A dataclass field read from TOML key `name` with `TableReader.<getter>(name, **options)`."""
+    spec = KeySpec(name, getter, tuple(sorted(options.items())), env, doc)
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"toml": spec})
+
+
+def key_specs(cls: type) -> dict[str, KeySpec]:
+    """Field name -> `KeySpec` for every field of `cls` declared with `key(...)`."""
+    return {f.name: f.metadata["toml"] for f in dataclasses.fields(cls) if "toml" in f.metadata}
+
+
+def read_keys(reader: TableReader, cls: type) -> dict[str, Any]:
+    """Field name -> value for every `key(...)` field of `cls` present in the table (checked by
+    its getter; absent or invalid keys are left out, problems go to the reader)."""
+    out: dict[str, Any] = {}
+    for field_name, spec in key_specs(cls).items():
+        if spec.name not in reader.data:
+            reader.seen.add(spec.name)
+            continue
+        options = dict(spec.options)
+        if spec.getter in ("bool", "number"):
+            options.setdefault("default", None)
+        value = getattr(reader, spec.getter)(spec.name, **options)
+        if value is not None:
+            out[field_name] = value
+    return out

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.build import prefixmap
 
 PREFIX_TARGET = "/sglforge-build"
@@ -105,29 +106,29 @@ def search_path(cuda_home: Path | None) -> str:
     return os.pathsep.join(parts)
 
 
-def base_env(build_root: Path, tools_bin: Path, cuda_home: Path | None,
+def base_env(root: BuildRoot, cuda_home: Path | None,
              real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
     """The environment every build starts from (the caller's environment is not inherited).
 
-    Writes the host compiler wrappers into `tools_bin` (build/prefixmap.py)."""
-    path = os.pathsep.join([str(tools_bin), search_path(cuda_home)])
-    wrapper = str(tools_bin / "nvcc")
-    prefix_map = " ".join(prefixmap.map_flags(build_root))
+    Writes the host compiler wrappers into the tools dir (build/prefixmap.py)."""
+    path = os.pathsep.join([str(root.tools_bin), search_path(cuda_home)])
+    wrapper = str(root.tools_bin / "nvcc")
+    prefix_map = " ".join(prefixmap.map_flags(root.path))
     env = {
         "PATH": path,
-        "HOME": str(build_root / "home"),
-        "TMPDIR": str(build_root / "tmp"),
+        "HOME": str(root.home),
+        "TMPDIR": str(root.tmp),
         "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": str(source_date_epoch),
-        "SGLFORGE_BUILD_ROOT": str(build_root),
+        "SGLFORGE_BUILD_ROOT": str(root.path),
         "CFLAGS": prefix_map, "CXXFLAGS": prefix_map,
         "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
         "GIT_CONFIG_NOSYSTEM": "1",
     }
-    env.update(prefixmap.write_compiler_wrappers(tools_bin, build_root, search_path(cuda_home)))
+    env.update(prefixmap.write_compiler_wrappers(root.tools_bin, root.path, search_path(cuda_home)))
     if cuda_home is not None and real_nvcc is not None:
         env.update({"CUDA_HOME": str(cuda_home), "CUDA_PATH": str(cuda_home),
                     "CUDACXX": wrapper, "PYTORCH_NVCC": wrapper, "FLASHINFER_NVCC": wrapper,

@@ -33,7 +33,6 @@ BUILD_FORMAT = 1
 @dataclass(frozen=True)
 class BuildKey:
     value: str
-    inputs: dict  # what was hashed, for `--explain` style debugging and provenance
 
     @property
     def short(self) -> str:
@@ -66,4 +65,4 @@ def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
         "depends": dict(sorted(dep_keys.items())),
     }
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
-    return BuildKey(hashlib.sha256(blob).hexdigest(), inputs)
+    return BuildKey(hashlib.sha256(blob).hexdigest())

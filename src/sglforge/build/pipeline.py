@@ -9,8 +9,8 @@ The pipeline, one named step each, with timings printed at the end:
               export FetchContent sources at <build-root>/deps/<name>
     compile   the PEP 517 frontend, no network, logged to <build-root>/logs/<wheel>.log
     post      version check, torch pin, provenance, normalized zip
-    audit     cuobjdump: required SASS in every device-code ELF; no member contains the
-              build root or interpreter paths (wheel/leaks.py)
+    audit     cuobjdump: required SASS in every device-code ELF
+    leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
@@ -21,19 +21,24 @@ Interrupted (Ctrl-C, SIGTERM, SIGHUP): the running compile's whole session is te
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
 from sglforge.base.git import git_out
+from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
+from sglforge.base.steps import Steps
 from sglforge.build import environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
@@ -51,10 +56,15 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
-from sglforge.sources.cache import ExportedTree, export_source, fetch_sources
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import fetch_sources
 from sglforge.wheel import audit, leaks, normalize, outputs
+from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
+from sglforge.wheel.provenance import Provenance
+from sglforge.wheel.provenance import read as read_provenance
 
 LOG_TAIL_LINES = 40
+StepFunction = Callable[["_Context", "_WheelJob"], None]
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
 
 
@@ -77,7 +87,7 @@ class BuiltWheel:
     sha256: str
     name: str
     version: str
-    provenance: dict
+    provenance: Provenance
     key: str
     cached: bool
     seconds: float
@@ -86,28 +96,18 @@ class BuiltWheel:
 @dataclass
 class BuildReport:
     wheels: list[BuiltWheel] = field(default_factory=list)
-    steps: list[tuple[str, float]] = field(default_factory=list)
-
-    def step(self, name: str, started: float) -> None:
-        self.steps.append((name, time.monotonic() - started))
+    steps: Steps = field(default_factory=Steps)
 
 
 @dataclass(frozen=True)
 class PreparedSource:
-    tree: ExportedTree
     source_dir: Path  # tree + recipe subdir
-    applied: list[str]
     fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
     source_date_epoch: int
 
 
 # ---------------------------------------------------------------------------------------------
 # prepare: export + patch (the one seam where patch application plugs in)
-
-
-def _apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[str]:
-    """Apply `series` strictly to the exported work tree, one commit per entry."""
-    return [a.label for a in apply_series(tree, series, settings)]
 
 
 def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
@@ -118,15 +118,15 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     and flashinfer-jit-cache): a build writes into its tree, and the next wheel's output must
     not depend on whether the previous one was built or came from the cache.
     """
-    root = settings.build_root
-    tree = export_source(lock, recipe.upstream, root / "src" / recipe.upstream, settings)
+    root = BuildRoot(settings.build_root)
+    tree = export_source(lock, recipe.upstream, root.src(recipe.upstream), settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
-    applied = _apply_series(tree.path, series, settings)
+    apply_series(tree.path, series, settings)  # strictly, one commit per entry
     fetchcontent = {}
     for pin in lock.fetchcontent(recipe.upstream):
-        dep = export_source(lock, pin.name, root / "deps" / pin.name, settings)
+        dep = export_source(lock, pin.name, root.dep(pin.name), settings)
         fetchcontent[pin.fetchcontent] = dep.path
-    prepared = PreparedSource(tree, tree.path / recipe.subdir, applied, fetchcontent, epoch)
+    prepared = PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch)
     if not prepared.source_dir.is_dir():
         raise SglforgeError(f"{recipe.path}: subdir '{recipe.subdir}' does not exist in "
                             f"'{recipe.upstream}' at {tree.commit}")
@@ -210,11 +210,6 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
-    text = log.read_bytes().decode(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
-
-
 def _unpack_wheels(wheels: list[Path], site: Path) -> None:
     """Make dependency wheels importable during a build (PYTHONPATH), without installing."""
     for wheel in wheels:
@@ -230,6 +225,7 @@ def _unpack_wheels(wheels: list[Path], site: Path) -> None:
 class _Context:
     project: Project
     settings: Settings
+    root: BuildRoot
     options: BuildOptions
     lock: Lockfile
     toolchain: Toolchain
@@ -239,6 +235,21 @@ class _Context:
     report: BuildReport
     cuobjdump: Path | None = None
     libraries: audit.LibraryWorld | None = None
+
+
+@dataclass
+class _WheelJob:
+    """One wheel on its way through the steps; each step fills in what later ones read."""
+
+    recipe: Recipe
+    series: PatchSeries
+    key: BuildKey
+    deps: list[BuiltWheel]
+    staging: Path
+    prepared: PreparedSource | None = None
+    built: Path | None = None  # as the build backend wrote it
+    final: Path | None = None  # normalized, stamped
+    info: normalize.WheelInfo | None = None
 
 
 def _wheel_cache_dir(settings: Settings, key: str) -> Path:
@@ -265,77 +276,89 @@ def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> 
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-                epoch: int) -> dict:
+                epoch: int) -> Provenance:
+    """What the wheel is built from; post-processing stamps its version in."""
     pin = ctx.lock.get(recipe.upstream)
     with_torch = recipe.requires_torch_abi or "torch" in recipe.build_requires
-    return {
-        "format": 1,
-        "generated_by": "sglforge build",
-        "wheel": recipe.name,
-        "upstream": recipe.upstream,
-        "url": pin.url,
-        "commit": pin.commit,
-        "subdir": recipe.subdir,
-        "sources": [{"name": p.name, "commit": p.commit, "sha256": p.sha256}
-                    for p in ctx.lock.closure(recipe.upstream)[1:]],
-        "patches": [{"name": e.name, "sha256": e.digest} for e in series.entries],
-        "series_sha256": series.digest,
-        "recipe_sha256": recipe.sha256,
-        "toolchain": ctx.tool.summary(with_torch),
-        "build_requires": {r: ctx.tool.build_requires.get(r) or ctx.tool.torch
-                           for r in sorted(recipe.build_requires)},
-        "cuda_archs": list(recipe.cuda_archs),
-        "requires_torch": ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
-        "source_date_epoch": epoch,
-        "build_root": str(ctx.settings.build_root),
-        "content_key": key.value,
-    }
+    return Provenance(
+        format=PROVENANCE_FORMAT,
+        generated_by="sglforge build",
+        wheel=recipe.name,
+        upstream=recipe.upstream,
+        url=pin.url,
+        commit=pin.commit,
+        version="",
+        subdir=recipe.subdir,
+        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256}
+                      for p in ctx.lock.closure(recipe.upstream)[1:]),
+        patches=tuple({"name": e.name, "sha256": e.digest} for e in series.entries),
+        series_sha256=series.digest,
+        recipe_sha256=recipe.sha256,
+        toolchain=ctx.tool.summary(with_torch),
+        build_requires={r: ctx.tool.build_requires.get(r) or ctx.tool.torch
+                        for r in sorted(recipe.build_requires)},
+        cuda_archs=tuple(recipe.cuda_archs),
+        requires_torch=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
+        source_date_epoch=epoch,
+        build_root=str(ctx.settings.build_root),
+        content_key=key.value,
+    )
 
 
-def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-               deps: list[BuiltWheel], staging: Path) -> BuiltWheel:
-    started = time.monotonic()
-    settings, root = ctx.settings, ctx.settings.build_root
-    print(f"==> {recipe.name}: building (key {key.short})", flush=True)
+# ---------------------------------------------------------------------------------------------
+# the steps of one wheel
 
-    t = time.monotonic()
-    wants = backport_wants([series])
-    report = fetch_sources(ctx.lock, [recipe.upstream], settings, offline=False, extra=wants)
+
+def _fetch(ctx: _Context, job: _WheelJob) -> None:
+    wants = backport_wants([job.series])
+    report = fetch_sources(ctx.lock, [job.recipe.upstream], ctx.settings, offline=False,
+                           extra=wants)
     for warning in report.warnings:
         print(f"    warning: {warning}")
-    ctx.report.step(f"{recipe.name}: fetch", t)
 
-    t = time.monotonic()
-    prepared = prepare_source(ctx.lock, recipe, series, settings)
-    ctx.report.step(f"{recipe.name}: prepare", t)
 
-    work = root / "work" / recipe.name
+def _prepare(ctx: _Context, job: _WheelJob) -> None:
+    job.prepared = prepare_source(ctx.lock, job.recipe, job.series, ctx.settings)
+
+
+@dataclass(frozen=True)
+class _Invocation:
+    cmd: list[str]  # the frontend command (without the network isolation prefix)
+    isolation: list[str]
+    env: dict[str, str]
+    dist: Path  # where the backend writes the wheel
+    log: Path
+
+
+def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
+    """Work directories, job plan, environment and frontend command; the log's header."""
+    recipe, prepared, root = job.recipe, job.prepared, ctx.root
+    assert prepared is not None
+    work = root.work(recipe.name)
     remove_tree(work)
     dist, build_dir, site = work / "dist", work / "build", work / "site"
-    for path in (dist, build_dir, root / "home", root / "tmp"):
+    for path in (dist, build_dir, root.home, root.tmp):
         path.mkdir(parents=True, exist_ok=True)
-    tools_bin = root / "tools" / "bin"
     cuda_home = ctx.cuda.home if ctx.cuda else None
     if ctx.cuda:
-        environment.write_nvcc_wrapper(tools_bin)
+        environment.write_nvcc_wrapper(root.tools_bin)
     mem_per_job = recipe.mem_per_job if ctx.options.mem_per_job is None else ctx.options.mem_per_job
     plan: JobPlan = plan_jobs(ctx.machine, mem_per_job, recipe.nvcc_threads, ctx.options.jobs)
     print(f"    {plan.describe()}", flush=True)
-    local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag)
-    version = recipe.version(local)
+    local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag)
     values = {
-        "version": version or "", "local": local or "", "patchset8": series.patchset8,
+        "version": recipe.version(local) or "", "local": local or "",
+        "patchset8": job.series.patchset8,
         "cuda": ctx.toolchain.cuda_tag, "jobs": str(plan.jobs),
         "nvcc_threads": str(plan.nvcc_threads), "source": str(prepared.source_dir),
-        "build_dir": str(build_dir), "build_root": str(root),
-        "cmake_cuda_architectures": recipe.cmake_cuda_architectures,
-        "torch_cuda_arch_list": recipe.torch_cuda_arch_list,
+        "build_dir": str(build_dir), "build_root": str(root.path),
+        **recipe.arch_values,  # cuda-archs in each consumer's form (recipes.ARCH_FORMS)
     }
-    env = environment.base_env(root, tools_bin, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
-                            prepared.source_date_epoch)
+    env = environment.base_env(root, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
+                               prepared.source_date_epoch)
     env.update(plan.env())
     cache_env, cache_defines = environment.compiler_cache_env(ctx.options.compiler_cache,
-                                                           settings.cache_dir)
+                                                           ctx.settings.cache_dir)
     env.update(cache_env)
     cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
     for name, path in sorted(prepared.fetchcontent.items()):
@@ -349,74 +372,64 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     env["CMAKE_ARGS"] = " ".join(shlex.quote(a) for a in cmake_args)
     for name, value in sorted(recipe.env.items()):
         env[name] = _render(value, values)
-    if deps:
-        _unpack_wheels([d.path for d in deps], site)
+    if job.deps:
+        _unpack_wheels([d.path for d in job.deps], site)
         env["PYTHONPATH"] = str(site)
     config = {k: tuple(_render(v, values) for v in vs)
               for k, vs in sorted(recipe.config_settings.items())}
     cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse)
     isolation = environment.network_isolation()
-    log = root / "logs" / f"{recipe.name}.log"
+    log = root.log(recipe.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as handle:
-        handle.write(f"# sglforge build log: {recipe.name} (key {key.value})\n".encode())
+        handle.write(f"# sglforge build log: {recipe.name} (key {job.key.value})\n".encode())
         handle.write(f"# network isolation: {shlex.join(isolation) or 'proxies only'}\n".encode())
         handle.write("".join(f"# env {k}={env[k]}\n" for k in sorted(env)).encode())
+    return _Invocation(cmd, isolation, env, dist, log)
 
-    t = time.monotonic()
-    rc = run_logged([*isolation, *cmd], env=env, cwd=prepared.source_dir, log=log,
-                    label=recipe.name, interval=ctx.options.progress_interval)
-    ctx.report.step(f"{recipe.name}: compile", t)
+
+def _compile(ctx: _Context, job: _WheelJob) -> None:
+    recipe, prepared = job.recipe, job.prepared
+    assert prepared is not None
+    run = _configure(ctx, job)
+    rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
+                    log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
     if rc != 0:
         raise SglforgeError(
             f"build of {recipe.name} failed (exit {rc})\n"
-            f"command: {shlex.join(cmd)}\n  in {prepared.source_dir}\n"
-            f"log: {log}\n--- last {LOG_TAIL_LINES} lines of the log ---\n{log_tail(log)}")
-    built = sorted(dist.glob("*.whl"))
+            f"command: {shlex.join(run.cmd)}\n  in {prepared.source_dir}\n"
+            f"log: {run.log}\n--- last {LOG_TAIL_LINES} lines of the log ---\n"
+            f"{log_tail(run.log, LOG_TAIL_LINES)}")
+    built = sorted(run.dist.glob("*.whl"))
     if len(built) != 1:
-        raise SglforgeError(f"build of {recipe.name}: expected one wheel in {dist}, found "
-                            f"{[p.name for p in built] or 'none'} (log: {log})")
+        raise SglforgeError(f"build of {recipe.name}: expected one wheel in {run.dist}, found "
+                            f"{[p.name for p in built] or 'none'} (log: {run.log})")
+    job.built = built[0]
 
-    t = time.monotonic()
-    provenance = _provenance(ctx, recipe, series, key, prepared.source_date_epoch)
+
+def _postprocess(ctx: _Context, job: _WheelJob) -> None:
+    recipe, prepared = job.recipe, job.prepared
+    assert prepared is not None and job.built is not None
+    local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag)
+    version = recipe.version(local)
+    provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch)
     retag = recipe.version_label == "retag"
-    final, info = normalize.postprocess(
-        built[0], staging, expected_version=None if retag else version,
+    job.final, job.info = normalize.postprocess(
+        job.built, job.staging, expected_version=None if retag else version,
         expected_local=local if version is None and not retag else None,
         retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude)
-    if info.removed:
-        print(f"    removed {len(info.removed)} build-litter member(s): "
-              + ", ".join(info.removed[:8]) + (", …" if len(info.removed) > 8 else ""))
-    ctx.report.step(f"{recipe.name}: post-process", t)
-    _audit_elf(ctx, recipe, final)
-    leaks.check_wheel(final, prefixmap.leak_needles(root))  # no build-machine paths inside
-
-    if recipe.cuda_archs:
-        t = time.monotonic()
-        if ctx.cuobjdump is None:
-            ctx.cuobjdump = audit.find_cuobjdump(cuda_home)
-        if ctx.cuobjdump is None:
-            raise SglforgeError("arch audit needs cuobjdump (CUDA toolkit or PyPI "
-                                "'nvidia-cuda-cuobjdump'), none found")
-        elfs = audit.audit_wheel(final, recipe.cuda_archs, ctx.cuobjdump)
-        for elf in elfs:
-            print(f"    audit ok: {elf.member}: {', '.join(elf.archs)}")
-        ctx.report.step(f"{recipe.name}: audit", t)
-
-    digest = sha256_file(final)
-    provenance = normalize.read_provenance(final)
-    if ctx.options.use_wheel_cache:
-        _cache_store(settings, key, final, {"file": final.name, "sha256": digest,
-                                            "name": info.name, "version": info.version})
-    return BuiltWheel(recipe.name, final, digest, info.name, info.version, provenance,
-                      key.value, cached=False, seconds=time.monotonic() - started)
+    removed = job.info.removed
+    if removed:
+        print(f"    removed {len(removed)} build-litter member(s): "
+              + ", ".join(removed[:8]) + (", …" if len(removed) > 8 else ""))
 
 
-def _audit_elf(ctx: _Context, recipe: Recipe, wheel: Path) -> None:
+def _elf_audit(ctx: _Context, job: _WheelJob) -> None:
     """Platform tag vs ELF content (always an error), then every DT_NEEDED (recipe: elf-deps)."""
-    t = time.monotonic()
+    recipe, wheel = job.recipe, job.final
+    assert wheel is not None
     audit.audit_purity(wheel)
     if ctx.libraries is None:
         ctx.libraries = audit.LibraryWorld.detect()
@@ -430,46 +443,91 @@ def _audit_elf(ctx: _Context, recipe: Recipe, wheel: Path) -> None:
     resolved = sorted({f"{d.library} ({d.source})" for d in deps if d.source is not None})
     if resolved:
         print(f"    DT_NEEDED ok: {', '.join(resolved)}")
-    ctx.report.step(f"{recipe.name}: elf audit", t)
+
+
+def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
+    """cuobjdump: the required SASS in every ELF with device code."""
+    assert job.final is not None
+    if ctx.cuobjdump is None:
+        ctx.cuobjdump = audit.find_cuobjdump(ctx.cuda.home if ctx.cuda else None)
+    if ctx.cuobjdump is None:
+        raise SglforgeError("arch audit needs cuobjdump (CUDA toolkit or PyPI "
+                            "'nvidia-cuda-cuobjdump'), none found")
+    for elf in audit.audit_wheel(job.final, job.recipe.cuda_archs, ctx.cuobjdump):
+        print(f"    audit ok: {elf.member}: {', '.join(elf.archs)}")
+
+
+def _leak_scan(ctx: _Context, job: _WheelJob) -> None:
+    """No ELF or text member may contain the build root or the interpreter's paths."""
+    assert job.final is not None
+    leaks.check_wheel(job.final, prefixmap.leak_needles(ctx.root.path))
+
+
+def _wheel_steps(recipe: Recipe) -> list[tuple[str, StepFunction]]:
+    """The named steps of building one wheel, in order (names as the summary prints them)."""
+    steps = [("fetch", _fetch), ("prepare", _prepare), ("compile", _compile),
+             ("post-process", _postprocess), ("elf audit", _elf_audit),
+             ("leak scan", _leak_scan)]
+    if recipe.cuda_archs:
+        steps.append(("audit", _arch_audit))
+    return steps
+
+
+def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
+               deps: list[BuiltWheel], staging: Path) -> BuiltWheel:
+    started = time.monotonic()
+    print(f"==> {recipe.name}: building (key {key.short})", flush=True)
+    job = _WheelJob(recipe, series, key, deps, staging)
+    ctx.report.steps.execute((f"{recipe.name}: {name}", functools.partial(step, ctx, job))
+                             for name, step in _wheel_steps(recipe))
+    final, info = job.final, job.info
+    assert final is not None and info is not None
+    digest = sha256_file(final)
+    if ctx.options.use_wheel_cache:
+        _cache_store(ctx.settings, key, final, {"file": final.name, "sha256": digest,
+                                                "name": info.name, "version": info.version})
+    return BuiltWheel(recipe.name, final, digest, info.name, info.version,
+                      read_provenance(final), key.value, cached=False,
+                      seconds=time.monotonic() - started)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     report = BuildReport()
-    t = time.monotonic()
-    lock = parse_lockfile(project.lockfile)
-    toolchain = load_toolchain(project.toolchain)
-    recipes = load_recipes(project.recipes_dir, lock, toolchain)
-    wanted = select(recipes, list(options.names))
-    order = build_order({n: recipes[n].depends for n in wanted})
-    series = {n: load_series(project, recipes[n].upstream) for n in order}
-    for name in order:
-        if recipes[name].isolation and options.wheelhouse is None:
-            raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse DIR "
-                                "with the build requirements (builds have no network)")
-    cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
-    tool = fingerprint(toolchain, cuda, sorted({r for n in order
-                                                for r in recipes[n].build_requires}),
-                       environment.search_path(cuda.home if cuda else None))
-    report.step("load", t)
+    with report.steps.step("load"):
+        lock = parse_lockfile(project.lockfile)
+        toolchain = load_toolchain(project.toolchain)
+        recipes = load_recipes(project.recipes_dir, lock, toolchain)
+        wanted = select(recipes, list(options.names))
+        order = build_order({n: recipes[n].depends for n in wanted})
+        series = {n: load_series(project, recipes[n].upstream) for n in order}
+        for name in order:
+            if recipes[name].isolation and options.wheelhouse is None:
+                raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse "
+                                    "DIR with the build requirements (builds have no network)")
+        cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
+        tool = fingerprint(toolchain, cuda, sorted({r for n in order
+                                                    for r in recipes[n].build_requires}),
+                           environment.search_path(cuda.home if cuda else None))
 
-    machine = Machine.detect()
-    ctx = _Context(project, settings, options, lock, toolchain, cuda, tool, machine, report)
-    root = settings.build_root
-    root.mkdir(parents=True, exist_ok=True)
+    machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
+    root = BuildRoot(settings.build_root)
+    ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
+                   report)
+    root.path.mkdir(parents=True, exist_ok=True)
     publish = options.out_dir is None
     out_dir = options.out_dir or project.wheels_dir
-    with exclusive_lock(root / ".sglforge-build.lock", f"build root {root}"), \
+    with exclusive_lock(root.lock, f"build root {root.path}"), \
             exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
                            f"output directory {out_dir}"):
-        staging = root / "out"
+        staging = root.staging
         remove_tree(staging)
         staging.mkdir(parents=True)
         keys: dict[str, BuildKey] = {}
         built: dict[str, BuiltWheel] = {}
-        print(f"build root {root}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
         for name in order:
             recipe = recipes[name]
-            key = compute_key(recipe, lock, series[name], tool, root,
+            key = compute_key(recipe, lock, series[name], tool, root.path,
                               {d: keys[d].value for d in recipe.depends})
             keys[name] = key
             started = time.monotonic()
@@ -479,7 +537,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                 copy = staging / wheel.name
                 copy.write_bytes(wheel.read_bytes())
                 built[name] = BuiltWheel(name, copy, meta["sha256"], meta["name"],
-                                         meta["version"], normalize.read_provenance(copy),
+                                         meta["version"], read_provenance(copy),
                                          key.value, cached=True,
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {wheel.name}", flush=True)
@@ -488,13 +546,12 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             built[name] = _build_one(ctx, recipe, series[name], key, deps, staging)
             print(f"    built {built[name].path.name} in {built[name].seconds:.1f}s", flush=True)
         report.wheels = [built[n] for n in order]
-        t = time.monotonic()
-        with interrupts_deferred():  # a signal cannot cut publishing in half
+        # a signal cannot cut publishing in half
+        with report.steps.step("publish"), interrupts_deferred():
             if publish:
                 outputs.publish(project, report.wheels, toolchain)
             else:
                 outputs.write_wheels(out_dir, report.wheels)
-        report.step("publish", t)
     return report
 
 
@@ -506,6 +563,6 @@ def summarize(report: BuildReport) -> str:
         lines.append(f"  {wheel.recipe:<{width}}  {state:<14} {wheel.path.name}  "
                      f"sha256:{wheel.sha256[:16]}")
     lines.append("steps:")
-    for name, seconds in report.steps:
+    for name, seconds in report.steps.timings():
         lines.append(f"  {name:<40} {seconds:7.2f}s")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
@@ -54,7 +55,7 @@ def render_plan(project: Project, settings: Settings) -> str:
         out.append(f"  {step}. fetch {upstream.name} @ {upstream.short}"
                    + (f" with {', '.join(extra)}" if extra else ""))
         step += 1
-        out.append(f"  {step}. export to {settings.build_root / 'src' / upstream.name}")
+        out.append(f"  {step}. export to {BuildRoot(settings.build_root).src(upstream.name)}")
         series = all_series[upstream.name]
         if series.entries:
             step += 1

@@ -6,9 +6,10 @@ mem_per_job)` compile slots. nvcc's own `--threads` (NVCC_THREADS) count against
 slots, so `MAX_JOBS = CMAKE_BUILD_PARALLEL_LEVEL = slots // nvcc_threads`. One scheduler sizes
 every job; the numbers are printed before each build.
 
-`SGLFORGE_MEM_AVAILABLE` (a size such as 24GiB) replaces /proc/meminfo's MemAvailable as the
-memory budget: for hosts where a container limit is lower than what the kernel reports, and
-for the benchmark that checks a build stays within a budget (bench/).
+The `mem-available` setting (`SGLFORGE_MEM_AVAILABLE`, a size such as 24GiB; read with the
+other settings in inputs/settings.py) replaces /proc/meminfo's MemAvailable as the memory
+budget: for hosts where a container limit is lower than what the kernel reports, and for the
+benchmark that checks a build stays within a budget (bench/).
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ import os
 from dataclasses import dataclass
 
 from sglforge.base.errors import SglforgeError
-from sglforge.inputs.recipes import parse_memory
-
-MEM_AVAILABLE_ENV = "SGLFORGE_MEM_AVAILABLE"
 
 
 @dataclass(frozen=True)
@@ -29,18 +27,15 @@ class Machine:
     mem_source: str = "MemAvailable"
 
     @classmethod
-    def detect(cls) -> Machine:
+    def detect(cls, budget: int | None = None, budget_source: str = "mem-available") -> Machine:
+        """This host's cores; memory from `budget` (the `mem-available` setting) when given,
+        else /proc/meminfo's MemAvailable."""
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - non-Linux
             cores = os.cpu_count() or 1
-        override = os.environ.get(MEM_AVAILABLE_ENV)
-        if override:
-            budget = parse_memory(override)
-            if budget is None or budget <= 0:
-                raise SglforgeError(f"{MEM_AVAILABLE_ENV}={override!r}: expected a size like "
-                                    "24GiB or 1536MiB")
-            return cls(cores=cores, mem_available=budget, mem_source=MEM_AVAILABLE_ENV)
+        if budget is not None:
+            return cls(cores=cores, mem_available=budget, mem_source=budget_source)
         return cls(cores=cores, mem_available=_mem_available())
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from pathlib import Path
+
+from sglforge.base.errors import SglforgeError
+from sglforge.cli.names import check_recipes
 
 MAX_JOBS = 4096
 MAX_MEM_PER_JOB = 1 << 50  # 1 PiB
@@ -37,7 +41,8 @@ def mem_per_job_arg(text: str) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("names", nargs="*", help="recipes (default: all); dependencies come along")
+    p.add_argument("names", nargs="*", default=[], metavar="RECIPE",
+                   help="recipes (default: all); dependencies come along")
     p.add_argument("--jobs", type=jobs_arg, metavar="N",
                    help="compile slots (default: min(cores, MemAvailable / mem-per-job))")
     p.add_argument("--mem-per-job", type=mem_per_job_arg, metavar="SIZE",
@@ -63,8 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("build-requirements",
                               help="print the pinned build requirements (pip -r format)")
-    p.add_argument("names", nargs="*", help="recipes (default: all)")
+    p.add_argument("names", nargs="*", default=[], metavar="RECIPE",
+                   help="recipes (default: all)")
     p.set_defaults(func=run_requirements)
+
+
+def check_compiler_cache(kind: str | None) -> None:
+    """--compiler-cache names a tool that must be on PATH: say so before fetching anything."""
+    if kind is not None and shutil.which(kind) is None:
+        raise SglforgeError(
+            f"--compiler-cache {kind}: '{kind}' is not on PATH (checked before any work)",
+            hint=f"install {kind}, or build without --compiler-cache")
 
 
 def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
@@ -78,18 +92,23 @@ def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
 def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.build.pipeline import run_build, summarize
 
+    project = ctx.project
+    check_recipes(args.names, project.recipes_dir)
+    check_compiler_cache(args.compiler_cache)  # before any fetch or build step
     options = _options(args, compiler_cache=args.compiler_cache,
                        use_wheel_cache=not args.no_wheel_cache)
-    project = ctx.project
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
-    return 0
+    from sglforge.cli.check import check_or_fail
+
+    return check_or_fail(project)  # the published set must fit together (DESIGN "Coherence")
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.build.verify import render, run_verify
 
+    check_recipes(args.names, ctx.project.recipes_dir)
     out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
     results = run_verify(ctx.project, ctx.settings, _options(args), out)
     print(render(results))
@@ -108,6 +127,7 @@ def run_requirements(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.inputs.toolchain import load_toolchain
 
     project = ctx.project
+    check_recipes(args.names, project.recipes_dir)
     lock = parse_lockfile(project.lockfile)
     toolchain = load_toolchain(project.toolchain)
     recipes = load_recipes(project.recipes_dir, lock, toolchain)

@@ -3,6 +3,11 @@
 Each verb module exposes `register(subparsers)` which adds its parser and sets
 `func(args, ctx) -> int`. Errors the user can fix are `SglforgeError`s: printed without a
 traceback, exit status 2. Ctrl-C / SIGTERM / SIGHUP: one line, exit status 128 + signal.
+
+Parsing: the global options (`--project`, `--config`, `--cache-dir`, `--build-root`,
+`--mirror`) are accepted before or after the verb (`nox -s fetch -- --mirror …` puts them
+after it); a verb's options and positional names mix in any order
+(`patches check --offline sglang`); a mistake prints the verb's own usage.
 """
 
 from __future__ import annotations
@@ -14,13 +19,77 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
-from sglforge.cli import build, patches, smoke, sources  # noqa: E402  (verb modules)
+from sglforge.cli import build, bundle, check, config, patches, smoke, sources  # verbs
 from sglforge.inputs.project import Project, find_project
 from sglforge.inputs.settings import Settings, load_settings
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, smoke)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, config)
 
+# Global options given after the verb land under these names; _merge_after_verb merges them.
+AFTER_VERB = "after_verb_"
+
+
+class VerbParser(argparse.ArgumentParser):
+    """A verb's parser: options and positionals intermixed; errors show this verb's usage.
+
+    argparse's plain parsing stops filling `nargs="*"` positionals at the first option, so
+    `patches check --offline sglang` left `sglang` unrecognized; intermixed parsing (two
+    passes: options, then positionals) takes it. Leftover arguments are an error here, with
+    the verb's usage, instead of the top-level parser's.
+    """
+
+    _nested = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._nested:  # parse_known_intermixed_args calls back into this method
+            return super().parse_known_args(args, namespace)
+        self._nested = True
+        try:
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._nested = False
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, after_verb: bool) -> None:
+    """The global options; after the verb they default to absent and are merged in main()."""
+    if after_verb:
+        target = parser.add_argument_group("global options (also accepted before the verb)")
+        prefix, default, mirrors = AFTER_VERB, argparse.SUPPRESS, argparse.SUPPRESS
+    else:
+        target, prefix, default, mirrors = parser, "", None, []
+    target.add_argument("--project", type=Path, default=default, dest=prefix + "project",
+                        metavar="DIR",
+                        help="project root (default: nearest dir with lockfiles/upstreams.toml)")
+    target.add_argument("--config", type=Path, default=default, dest=prefix + "config",
+                        metavar="FILE",
+                        help="user config file (default: $SGLFORGE_CONFIG or "
+                             "~/.config/sglforge/config.toml)")
+    target.add_argument("--cache-dir", type=Path, default=default, dest=prefix + "cache_dir",
+                        metavar="DIR",
+                        help="source cache directory")
+    target.add_argument("--build-root", type=Path, default=default, dest=prefix + "build_root",
+                        metavar="DIR",
+                        help="fixed absolute build root (default /tmp/sglforge-build)")
+    target.add_argument("--mirror", action="append", default=mirrors, dest=prefix + "mirror",
+                        metavar="UPSTREAM=MIRROR",
+                        help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)")
+
+
+def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
+    """Global options given after the verb override those before it; --mirror adds up."""
+    for key in [k for k in vars(args) if k.startswith(AFTER_VERB)]:
+        value = getattr(args, key)
+        delattr(args, key)
+        name = key[len(AFTER_VERB):]
+        if name == "mirror":
+            args.mirror = [*args.mirror, *value]
+        else:
+            setattr(args, name, value)
+    return args
 
 
 @dataclass
@@ -43,25 +112,19 @@ class Context:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglforge", description=__doc__.splitlines()[0])
-    parser.add_argument("--project", type=Path, default=None,
-                        help="project root (default: nearest dir with lockfiles/upstreams.toml)")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="user config file (default: $SGLFORGE_CONFIG or "
-                             "~/.config/sglforge/config.toml)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="source cache directory")
-    parser.add_argument("--build-root", type=Path, default=None,
-                        help="fixed absolute build root (default /tmp/sglforge-build)")
-    parser.add_argument("--mirror", action="append", default=[], metavar="UPSTREAM=MIRROR",
-                        help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)")
-    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    _add_global_options(parser, after_verb=False)
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                       parser_class=VerbParser)
     for module in VERB_MODULES:
         module.register(subparsers)
+    for verb_parser in subparsers.choices.values():
+        _add_global_options(verb_parser, after_verb=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _merge_after_verb(parser.parse_args(argv))
     try:
         with signals_as_exceptions():
             return int(args.func(args, Context(args)) or 0)

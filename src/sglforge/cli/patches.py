@@ -7,12 +7,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
+from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import FULL_SHA, parse_lockfile
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import backport_wants, load_all_series
-from sglforge.sources import cache as sources
+from sglforge.sources.cache import SourceCache
+from sglforge.sources.export import export_source, snapshot_directory
+from sglforge.sources.fetch import GitWant, fetch_commit, fetch_sources
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "refresh UPSTREAM --onto COMMIT: rebase the series onto a new pin. "
                     "lint: DEP-3 errors and hints. digest URL COMMIT: a backport's sha256.")
     p.add_argument("action", choices=["check", "apply", "refresh", "lint", "digest"])
-    p.add_argument("targets", nargs="*", metavar="UPSTREAM",
+    p.add_argument("targets", nargs="*", default=[], metavar="UPSTREAM",
                    help="upstreams (default: all with a series); for digest: URL COMMIT")
     p.add_argument("--onto", metavar="COMMIT", help="refresh: the new upstream commit")
     p.add_argument("--continue", dest="resume", action="store_true",
@@ -40,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _targets(args: argparse.Namespace, lock, project) -> list[str]:  # noqa: ANN001
     if args.targets:
+        check_upstreams(args.targets, lock)
         for name in args.targets:
             if lock.get(name).parent is not None:
                 raise SglforgeError(f"'{name}' is not an upstream (it has a parent); series "
@@ -51,12 +56,14 @@ def _targets(args: argparse.Namespace, lock, project) -> list[str]:  # noqa: ANN
 def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     project = ctx.project
     if args.action == "lint":
+        from sglforge.base.findings import blocking
         from sglforge.patching.lint import lint_project, render_findings
 
         lock = parse_lockfile(project.lockfile)
+        check_upstreams(args.targets, lock)
         findings = lint_project(project, lock, args.targets or None)
         print(render_findings(findings))
-        return 1 if any(f.severity == "error" for f in findings) else 0
+        return 1 if blocking(findings) else 0
     settings = ctx.settings
     if args.action == "digest":
         return _digest(args, settings)
@@ -83,13 +90,13 @@ def run_patches(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if args.action == "check":
         return _check(args, lock, all_series, settings)
     # Applying for a build needs everything, submodules included.
-    sources.fetch_sources(lock, names, settings, offline=args.offline,
+    fetch_sources(lock, names, settings, offline=args.offline,
                           extra=backport_wants(all_series), with_children=True)
     for series in all_series:
         name = series.upstream
         if args.action == "apply":
-            dest = settings.build_root / "src" / name
-            tree = sources.export_source(lock, name, dest, settings)
+            dest = BuildRoot(settings.build_root).src(name)
+            tree = export_source(lock, name, dest, settings)
             applied = apply_series(tree.path, series, settings)
             print(f"applied   {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "
                   f"on {lock.get(name).short} -> {dest}")
@@ -109,7 +116,7 @@ def _check(args: argparse.Namespace, lock, all_series, settings) -> int:
         name = series.upstream
         try:
             # Checking needs only the upstream itself, never its submodules.
-            sources.fetch_sources(lock, [name], settings, offline=args.offline,
+            fetch_sources(lock, [name], settings, offline=args.offline,
                                   extra=backport_wants([series]), with_children=False)
         except SglforgeError as exc:
             failed.append(f"{name} (fetch)")
@@ -117,7 +124,7 @@ def _check(args: argparse.Namespace, lock, all_series, settings) -> int:
             continue
         with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{name}-") as tmp:
             try:
-                tree = sources.export_source(lock, name, Path(tmp) / name, settings,
+                tree = export_source(lock, name, Path(tmp) / name, settings,
                                              with_submodules=False)
                 applied = apply_series(tree.path, series, settings)
             except SglforgeError as exc:
@@ -135,13 +142,13 @@ def _check(args: argparse.Namespace, lock, all_series, settings) -> int:
 
 
 def _check_against(args: argparse.Namespace, series, settings) -> int:  # noqa: ANN001
-    cache = sources.SourceCache(settings.cache_dir)
+    cache = SourceCache(settings.cache_dir)
     with cache.locked():
         for want in backport_wants([series]):
-            if sources.fetch_commit(cache, want, settings, args.offline) == "missing":
+            if fetch_commit(cache, want, settings, args.offline) == "missing":
                 raise SglforgeError(f"offline: {want.label}: commit {want.commit} not cached")
     with tempfile.TemporaryDirectory(prefix=f"sglforge-check-{series.upstream}-") as tmp:
-        tree = sources.snapshot_directory(args.against, Path(tmp) / series.upstream,
+        tree = snapshot_directory(args.against, Path(tmp) / series.upstream,
                                           args.against_prefix)
         applied = apply_series(tree, series, settings)
     print(f"ok        {series.upstream}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'}"
@@ -161,10 +168,10 @@ def _digest(args: argparse.Namespace, settings) -> int:  # noqa: ANN001
         raise SglforgeError(f"patches digest URL {url!r}: {problem}")
     if not FULL_SHA.fullmatch(commit):
         raise SglforgeError(f"patches digest COMMIT {commit!r}: give the full 40-hex commit id")
-    cache = sources.SourceCache(settings.cache_dir)
+    cache = SourceCache(settings.cache_dir)
     with cache.locked():
-        state = sources.fetch_commit(
-            cache, sources.GitWant(url, commit, f"backport {commit[:12]}"), settings,
+        state = fetch_commit(
+            cache, GitWant(url, commit, f"backport {commit[:12]}"), settings,
             offline=args.offline)
     if state == "missing":
         raise SglforgeError(f"offline: commit {commit} of {url} is not in the cache")

@@ -12,7 +12,8 @@ DEFAULT_PROFILE = "dsv4-flash-pd"
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=DEFAULT_PROFILE,
-                   help=f"profile name in profiles/ or a path to a .toml (default {DEFAULT_PROFILE})")
+                   help="profile name in profiles/ or a path to a .toml "
+                        f"(default {DEFAULT_PROFILE})")
     p.add_argument("--model", default=None,
                    help="model path (overrides the profile's model); 'tiny' generates a small "
                         "random-weight Llama into the run directory")
@@ -107,11 +108,21 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if args.dry_run:
         print(dry_run_text(opts), end="")
         return 0
+    from sglforge.cli.check import check_or_fail
+
+    if opts.existing_python is not None:
+        # The stack check proves the wheel set the smoke would install; an existing
+        # environment installs nothing from it (its versions are recorded in the report).
+        print("smoke: existing environment: the stack check of wheels/ does not apply")
+    elif check_or_fail(ctx.project, wheels_dir=opts.wheels_dir, runtime_lock=opts.lock):
+        print("smoke: the stack check failed (above); nothing launched")
+        return 1
     return run_smoke(opts)
 
 
 def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.base.errors import SglforgeError
+    from sglforge.base.findings import blocking
     from sglforge.smoke import doctor
     from sglforge.smoke.install import venv_python
     from sglforge.smoke.wheelset import load_wheelset
@@ -119,6 +130,8 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     opts = _options(args, ctx)
     env = None
     wheelset = None
+    # Warnings printed here, outside the findings; the summary counts every one printed.
+    cli_warnings = 0
     if opts.existing_python:
         from sglforge.smoke.environment import probe_environment
 
@@ -130,6 +143,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         except SglforgeError as exc:
             print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
                   file=sys.stderr)
+            cli_warnings += 1
         python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
     facts = doctor.gather_host_facts(opts.profile, python, env)
     if opts.tiny_model:  # the smoke generates it into the run directory
@@ -139,8 +153,8 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     findings = doctor.diagnose(opts.profile, wheelset, facts)
     for finding in findings:
         print(finding.render())
-    errors = doctor.blocking(findings)
-    warnings = sum(f.level == doctor.WARNING for f in findings)
+    errors = blocking(findings)
+    warnings = cli_warnings + sum(f.level == doctor.WARNING for f in findings)
     print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
           f"{opts.profile.name}")
     return 1 if errors else 0

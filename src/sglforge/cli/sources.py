@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.build import plan
+from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import parse_lockfile
-from sglforge.sources import cache as sources
+from sglforge.sources.bundle import import_bundle, write_bundle
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import fetch_sources
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fetch", help="fetch pinned sources into the cache and export them")
-    p.add_argument("names", nargs="*", help="upstreams (default: all)")
+    p.add_argument("names", nargs="*", default=[], metavar="UPSTREAM",
+                   help="upstreams (default: all)")
     p.add_argument("--offline", action="store_true", help="use only the cache; list what is missing")
     p.add_argument("--bundle", type=Path, metavar="FILE",
                    help="after fetching, write the cache for the pinned set to FILE")
@@ -31,16 +36,15 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
     project, settings = ctx.project, ctx.settings
     lock = parse_lockfile(project.lockfile)
+    check_upstreams(args.names, lock)
     names = args.names or [p.name for p in lock.upstreams()]
-    for name in names:
-        lock.get(name)
     wants = backport_wants(load_all_series(project, lock, names))
     offline = args.offline
     if args.from_bundle:
-        for line in sources.import_bundle(args.from_bundle, settings):
+        for line in import_bundle(args.from_bundle, settings):
             print(f"imported  {line}")
         offline = True
-    report = sources.fetch_sources(lock, names, settings, offline=offline, extra=wants)
+    report = fetch_sources(lock, names, settings, offline=offline, extra=wants)
     for line in report.fetched:
         print(f"fetched   {line}")
     for line in report.cached:
@@ -48,14 +52,14 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     for line in report.warnings:
         print(f"warning:  {line}")
     if args.bundle:
-        for line in sources.write_bundle(lock, names, settings, args.bundle, extra=wants):
+        for line in write_bundle(lock, names, settings, args.bundle, extra=wants):
             print(f"bundled   {line}")
         print(f"wrote bundle {args.bundle}")
     if not args.no_export:
         export_names = [p.name for n in names for p in lock.closure(n)
                         if p.parent is None or p.fetchcontent]
         for name in export_names:
-            tree = sources.export_source(lock, name, settings.build_root / "src" / name, settings)
+            tree = export_source(lock, name, BuildRoot(settings.build_root).src(name), settings)
             extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
             print(f"exported  {name} -> {tree.path}{extra}")
     return 0

@@ -31,7 +31,20 @@ requires in every device-code ELF). JIT / arch-free wheels use `cu{cuda}.{patchs
 `+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
 
 Placeholders: {version} {local} {patchset8} {cuda} {jobs} {nvcc_threads} {source} {build_dir}
-{build_root} {cmake_cuda_architectures} ("120a;90a") {torch_cuda_arch_list} ("12.0a 9.0a").
+{build_root}, and the arch list in the form each consumer wants, all derived from `cuda-archs`
+(the one place a recipe names archs; `ARCH_FORMS`), e.g. for ["sm_120a", "sm_90a"]:
+    {cmake_cuda_architectures}   "120a;90a"    CMAKE_CUDA_ARCHITECTURES
+    {torch_cuda_arch_list}       "12.0a 9.0a"  TORCH_CUDA_ARCH_LIST
+    {flashinfer_cuda_arch_list}  "12.0a 9.0a"  FLASHINFER_CUDA_ARCH_LIST (sm_120f: "12.0f")
+    {sgl_kernel_cuda_archs}      "120a;90a"    SGL_KERNEL_CUDA_ARCHS (patches/sglang/0001)
+    {nixl_cuda_arch_list}        "120,90"      meson -Dnixl_cuda_arch_list (numbers only)
+A literal arch in [env], [cmake-defines] or [config-settings] (sm_NN, compute_NN, or values
+like 12.0f / 120a under an arch-ish name) is a hint (`Recipe.hints`, `patches lint`).
+
+Shared defaults: `recipes/_defaults.toml` (validated like a recipe; not itself a recipe) is
+read before each recipe; a recipe's top-level keys replace the defaults', and its [env],
+[cmake-defines] and [config-settings] entries are added to (or replace) the defaults' ones.
+A recipe's `sha256` covers the defaults file too.
 FetchContent sources pinned for the upstream are always injected
 (`-DFETCHCONTENT_SOURCE_DIR_<NAME>=…`, `-DFETCHCONTENT_FULLY_DISCONNECTED=ON`).
 """
@@ -42,8 +55,10 @@ import hashlib
 import math
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.requirements import canonical_name
@@ -52,8 +67,34 @@ from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.toolchain import Toolchain
 from sglforge.wheel.normalize import DEFAULT_EXCLUDE
 
+
+def _arch_parts(arch: str) -> tuple[str, str]:
+    """("120", "a") for "sm_120a"."""
+    digits, suffix = re.fullmatch(r"sm_([0-9]+)([af]?)", arch).groups()
+    return digits, suffix
+
+
+def _dotted(archs: tuple[str, ...]) -> str:
+    return " ".join(f"{d[:-1]}.{d[-1]}{s}" for d, s in map(_arch_parts, archs))
+
+
+def _cmake(archs: tuple[str, ...]) -> str:
+    return ";".join(a.removeprefix("sm_") for a in archs)
+
+
+# Placeholder -> the recipe's `cuda-archs` in the form one consumer expects.
+ARCH_FORMS: dict[str, Callable[[tuple[str, ...]], str]] = {
+    "cmake_cuda_architectures": _cmake,
+    "torch_cuda_arch_list": _dotted,
+    "flashinfer_cuda_arch_list": _dotted,  # space-separated, "12.0f" = the sm_120 family
+    "sgl_kernel_cuda_archs": _cmake,  # a CMake list, patches/sglang/0001
+    "nixl_cuda_arch_list": lambda archs: ",".join(_arch_parts(a)[0] for a in archs),
+}
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
-                "build_dir", "build_root", "cmake_cuda_architectures", "torch_cuda_arch_list")
+                "build_dir", "build_root", *ARCH_FORMS)
+DEFAULTS_FILE = "_defaults.toml"
+MERGED_TABLES = ("env", "cmake-defines", "config-settings")
+PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version")  # never in the defaults
 LOCAL_PLACEHOLDERS = ("patchset8", "cuda")
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 SASS_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
@@ -88,6 +129,7 @@ class Recipe:
     config_settings: dict[str, tuple[str, ...]]  # a list value repeats the setting
     exclude: tuple[str, ...] = ()  # build-litter patterns (defaults included unless opted out)
     elf_deps: str = "error"  # what an unresolvable DT_NEEDED is: "error" | "warn"
+    hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
 
     def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
         if self.local_version is None:
@@ -100,16 +142,17 @@ class Recipe:
         return self.base_version + (f"+{local}" if local else "")
 
     @property
+    def arch_values(self) -> dict[str, str]:
+        """The arch placeholders ({cmake_cuda_architectures}, ...) filled from `cuda_archs`."""
+        return {name: form(self.cuda_archs) for name, form in ARCH_FORMS.items()}
+
+    @property
     def cmake_cuda_architectures(self) -> str:
-        return ";".join(a.removeprefix("sm_") for a in self.cuda_archs)
+        return ARCH_FORMS["cmake_cuda_architectures"](self.cuda_archs)
 
     @property
     def torch_cuda_arch_list(self) -> str:
-        out = []
-        for arch in self.cuda_archs:
-            digits, suffix = re.fullmatch(r"sm_([0-9]+)([af]?)", arch).groups()
-            out.append(f"{digits[:-1]}.{digits[-1]}{suffix}")
-        return " ".join(out)
+        return ARCH_FORMS["torch_cuda_arch_list"](self.cuda_archs)
 
 
 def parse_memory(text: str) -> int | None:
@@ -150,35 +193,109 @@ def _check_template(reader: TableReader, key: str, template: str, allowed: tuple
             reader.error(key, "{version} needs 'base-version' in the recipe")
 
 
-def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
+# key -> (TableReader getter, its checks, value when absent): the one declaration of a
+# recipe's keys, used for recipes and for recipes/_defaults.toml.
+RECIPE_KEYS: dict[str, tuple[str, dict[str, Any], Any]] = {
+    "upstream": ("str", {}, None),
+    "subdir": ("str", {}, "."),
+    "frontend": ("str", {}, "pip"),
+    "isolation": ("bool", {}, False),
+    "build-requires": ("str_list", {}, []),
+    "depends": ("str_list", {}, []),
+    "base-version": ("str", {"pattern": PEP440_BASE.pattern,
+                             "describe": "a PEP 440 public version like 0.4.10"}, None),
+    "local-version": ("str", {}, None),
+    "version-label": ("str", {}, "env"),
+    "requires-torch-abi": ("bool", {}, False),
+    "cuda-archs": ("str_list", {}, []),
+    "mem-per-job": ("str", {}, "2GiB"),
+    "nvcc-threads": ("int", {"minimum": 1}, 1),
+    "env": ("str_table", {}, {}),
+    "cmake-defines": ("str_table", {}, {}),
+    "config-settings": ("table", {}, {}),
+    "exclude": ("str_list", {}, []),
+    "exclude-defaults": ("bool", {}, True),
+    "elf-deps": ("str", {}, "error"),
+}
+
+
+def _read_keys(reader: TableReader) -> dict[str, Any]:
+    """Every recipe key present in the table, type-checked (absent or invalid: left out)."""
+    out: dict[str, Any] = {}
+    for name, (getter, options, _default) in RECIPE_KEYS.items():
+        if name not in reader.data:
+            reader.seen.add(name)
+            continue
+        extra = {"default": None} if getter == "bool" else {}
+        value = getattr(reader, getter)(name, **options, **extra)
+        if value is not None:
+            out[name] = value
+    reader.finish()
+    return out
+
+
+def load_defaults(recipes_dir: Path) -> tuple[dict[str, Any], bytes]:
+    """`recipes/_defaults.toml` (checked like a recipe; may not set per-recipe keys), with its
+    bytes; ({}, b"") when there is none."""
+    path = recipes_dir / DEFAULTS_FILE
+    if not path.is_file():
+        return {}, b""
     data, text = load_toml(path)
     problems = Problems(path)
-    reader = TableReader(data, problems, "recipe", locate=lambda key: key_line(text, 1, key))
+    reader = TableReader(data, problems, "recipe defaults",
+                         locate=lambda key: key_line(text, 1, key))
+    values = _read_keys(reader)
+    for name in PER_RECIPE_KEYS:
+        if name in values:
+            reader.error(name, "belongs in each recipe, not in the shared defaults")
+    problems.raise_if_any()
+    return data, path.read_bytes()
+
+
+def merge_defaults(defaults: dict[str, Any], recipe: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's keys over the defaults'; [env], [cmake-defines] and [config-settings] are
+    merged entry by entry (the recipe's entry wins)."""
+    merged = dict(defaults)
+    for name, value in recipe.items():
+        base = merged.get(name)
+        if name in MERGED_TABLES and isinstance(value, dict) and isinstance(base, dict):
+            merged[name] = {**base, **value}
+        else:
+            merged[name] = value
+    return merged
+
+
+def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
+    own, text = load_toml(path)
+    defaults, defaults_bytes = load_defaults(path.parent)
+    data = merge_defaults(defaults, own)
+    problems = Problems(path)
+
+    def locate(key: str) -> int | None:
+        return key_line(text, 1, key) if key in own else None
+
+    reader = TableReader(data, problems, "recipe", locate=locate)
     name = path.stem
     if not RECIPE_NAME.fullmatch(name):
         problems.add(f"file name {path.name!r}: a recipe is named after its wheel "
                      "(lowercase letters, digits, '.', '_', '-')")
-    upstream = reader.str("upstream", required=True)
-    subdir = reader.str("subdir") or "."
-    frontend = reader.str("frontend") or "pip"
-    isolation = reader.bool("isolation", default=False)
-    build_requires = reader.str_list("build-requires") or []
-    depends = reader.str_list("depends") or []
-    base_version = reader.str("base-version", pattern=PEP440_BASE.pattern,
-                              describe="a PEP 440 public version like 0.4.10")
-    local_version = reader.str("local-version")
-    version_label = reader.str("version-label") or "env"
-    requires_torch_abi = reader.bool("requires-torch-abi", default=False)
-    cuda_archs = reader.str_list("cuda-archs") or []
-    mem_text = reader.str("mem-per-job") or "2GiB"
-    nvcc_threads = reader.int("nvcc-threads", minimum=1) or 1
-    env = reader.str_table("env")
-    cmake_defines = reader.str_table("cmake-defines")
-    config_settings = _config_settings(reader)
-    extra_exclude = reader.str_list("exclude") or []
-    exclude_defaults = reader.bool("exclude-defaults", default=True)
-    elf_deps = reader.str("elf-deps") or "error"
-    reader.finish()
+    values = _read_keys(reader)
+    if "upstream" not in data:
+        reader.error(None, "missing required key 'upstream'")
+
+    def get(key: str) -> Any:
+        return values.get(key, RECIPE_KEYS[key][2])
+
+    upstream = get("upstream")
+    subdir, frontend, isolation = get("subdir"), get("frontend"), get("isolation")
+    build_requires, depends = get("build-requires"), get("depends")
+    base_version, local_version = get("base-version"), get("local-version")
+    version_label, requires_torch_abi = get("version-label"), get("requires-torch-abi")
+    cuda_archs, mem_text, nvcc_threads = get("cuda-archs"), get("mem-per-job"), get("nvcc-threads")
+    env, cmake_defines = get("env"), get("cmake-defines")
+    config_settings = _config_settings(reader, get("config-settings"))
+    extra_exclude, exclude_defaults = get("exclude"), get("exclude-defaults")
+    elf_deps = get("elf-deps")
 
     if upstream is not None:
         names = [p.name for p in lock.upstreams()]
@@ -241,8 +358,12 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
             for item in (value if isinstance(value, tuple) else (value,)):
                 _check_template(reader, table, item, PLACEHOLDERS, has_version)
     problems.raise_if_any()
+    digest = hashlib.sha256(path.read_bytes())
+    if defaults_bytes:  # the defaults are part of the recipe: changing them changes the key
+        digest = hashlib.sha256(DEFAULTS_FILE.encode() + b"\0" + defaults_bytes + b"\0"
+                                + path.name.encode() + b"\0" + path.read_bytes())
     return Recipe(
-        name=name, path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        name=name, path=path, sha256=digest.hexdigest(),
         upstream=upstream, subdir=str(posix), frontend=frontend, isolation=isolation,
         build_requires=tuple(build_requires), depends=tuple(depends),
         base_version=base_version, local_version=local_version, version_label=version_label,
@@ -250,7 +371,73 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
         mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
         cmake_defines=cmake_defines, config_settings=config_settings,
         exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
-        elf_deps=elf_deps)
+        elf_deps=elf_deps,
+        hints=tuple(literal_arch_hints(data, text if own else "")))
+
+
+ARCH_LITERAL = re.compile(r"(?<![A-Za-z0-9])(?:sm|compute)_[0-9]{2,3}[af]?(?![A-Za-z0-9])")
+ARCH_VALUE = re.compile(r"[0-9]{1,2}\.[0-9][af]?(?:\+PTX)?|[0-9]{2,3}[af]?")
+ARCHISH = re.compile(r"arch", re.IGNORECASE)
+ASSIGNMENT = re.compile(r"(?:-D)?([A-Za-z0-9_.-]+)=(\S*)")
+
+
+def _arch_literals(key: str, value: str) -> list[str]:
+    text = re.sub(r"\{[^{}]*\}", "", value)  # placeholders are the cure, not the problem
+    found = ARCH_LITERAL.findall(text)
+    pairs = [(key, text)] + ASSIGNMENT.findall(text)  # "-Dnixl_cuda_arch_list=120" in a list
+    for name, part in pairs:
+        if ARCHISH.search(name):
+            found += [t for t in re.split(r"[\s;,=]+", part) if ARCH_VALUE.fullmatch(t)]
+    return list(dict.fromkeys(found))
+
+
+def _table_key_line(text: str, table: str, key: str) -> int | None:
+    header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
+    start = next((i for i, line in enumerate(text.splitlines(), 1) if header.match(line)), None)
+    return key_line(text, start, key) if start else None
+
+
+def literal_arch_hints(data: dict[str, Any], text: str = "") -> list[str]:
+    """Advice for each literal arch in [env], [cmake-defines] or [config-settings]: archs
+    come from `cuda-archs` through a placeholder (`ARCH_FORMS`), so the audit, the label and
+    the compiler cannot disagree."""
+    hints = []
+    for table in MERGED_TABLES:
+        entries = data.get(table)
+        if not isinstance(entries, dict):
+            continue
+        for key, value in entries.items():
+            items = value if isinstance(value, list) else [value]
+            literals = [lit for item in items if isinstance(item, str)
+                        for lit in _arch_literals(str(key), item)]
+            if literals:
+                line = _table_key_line(text, table, str(key)) if text else None
+                at = f" (line {line})" if line else ""
+                forms = ", ".join("{" + name + "}" for name in ARCH_FORMS)
+                hints.append(f"[{table}] {key}{at}: literal arch {', '.join(literals)}; let "
+                             f"cuda-archs tell the compiler through a placeholder ({forms})")
+    return hints
+
+
+def recipe_hints(recipes_dir: Path) -> list[tuple[Path, str | None, str]]:
+    """(recipe file, its upstream, hint) for every recipe, from the TOML alone (with the
+    shared defaults), so `patches lint` can advise even when a recipe does not validate."""
+    out: list[tuple[Path, str | None, str]] = []
+    try:
+        defaults, _ = load_defaults(recipes_dir)
+    except SglforgeError:
+        defaults = {}
+    for path in sorted(recipes_dir.glob("*.toml")) if recipes_dir.is_dir() else []:
+        if path.name == DEFAULTS_FILE:
+            continue
+        try:
+            own, text = load_toml(path)
+        except SglforgeError:
+            continue  # reported by every verb that loads recipes
+        upstream = own.get("upstream") if isinstance(own.get("upstream"), str) else None
+        out += [(path, upstream, h)
+                for h in literal_arch_hints(merge_defaults(defaults, own), text)]
+    return out
 
 
 def _check_label_archs(reader: TableReader, label: str, cuda_archs: list[str]) -> None:
@@ -269,8 +456,7 @@ def _check_label_archs(reader: TableReader, label: str, cuda_archs: list[str]) -
                          "(JIT wheels: \"cu{cuda}.{patchset8}\")")
 
 
-def _config_settings(reader: TableReader) -> dict[str, tuple[str, ...]]:
-    table = reader.table("config-settings") or {}
+def _config_settings(reader: TableReader, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for key, value in table.items():
         if isinstance(value, str):
@@ -289,7 +475,10 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dic
         raise SglforgeError(f"{recipes_dir}: no recipes directory")
     recipes: dict[str, Recipe] = {}
     errors: list[str] = []
+    load_defaults(recipes_dir)  # its problems once, not once per recipe
     for path in sorted(recipes_dir.glob("*.toml")):
+        if path.name == DEFAULTS_FILE:
+            continue
         try:
             recipe = parse_recipe(path, lock, toolchain)
         except SglforgeError as exc:

@@ -1,27 +1,47 @@
-"""User settings that live outside the repository: cache root, build root, mirrors.
+"""User settings that live outside the repository: cache root, build root, memory budget,
+mirrors.
 
-Read from `$SGLFORGE_CONFIG` or `~/.config/sglforge/config.toml` (if present), then
-overridden by CLI options. Mirrors follow git's `url.<mirror>.insteadOf <upstream>`
-convention: a URL starting with an upstream prefix is fetched from the mirror prefix instead,
-and the pin itself never changes.
+One model (`Settings`, each key declared once with `key(...)`), one merge (`load_settings`):
 
-    cache-dir = "/var/cache/sglforge"
-    build-root = "/opt/sglforge-build"
-    [mirrors]
+    defaults  <  user config file  <  environment SGLFORGE_*  <  CLI options
+
+The config file is `--config`, else `$SGLFORGE_CONFIG`, else
+`$XDG_CONFIG_HOME/sglforge/config.toml` (`~/.config/...`) if present. Every value remembers
+where it came from (`Settings.origins`, printed by `sglforge config`). Mirrors follow git's
+`url.<mirror>.insteadOf <upstream>` convention: a URL starting with an upstream prefix is
+fetched from the mirror prefix instead, and the pin itself never changes; CLI `--mirror`
+entries replace the file's for the same prefix.
+
+    cache-dir = "/var/cache/sglforge"       # SGLFORGE_CACHE_DIR, --cache-dir
+    build-root = "/opt/sglforge-build"      # SGLFORGE_BUILD_ROOT, --build-root (absolute)
+    mem-available = "24GiB"                 # SGLFORGE_MEM_AVAILABLE: the scheduler's budget
+    [mirrors]                               # --mirror UPSTREAM=MIRROR
     "https://github.com/" = "/srv/mirrors/github/"
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
-from sglforge.base.tomlfile import Problems, TableReader, load_toml
+from sglforge.base.tomlfile import (
+    Problems,
+    TableReader,
+    key,
+    key_line,
+    key_specs,
+    load_toml,
+    read_keys,
+)
+from sglforge.inputs.recipes import parse_memory
 
 DEFAULT_BUILD_ROOT = Path("/tmp/sglforge-build")
+CONFIG_ENV = "SGLFORGE_CONFIG"
 
 
 @dataclass(frozen=True)
@@ -32,10 +52,23 @@ class Mirror:
 
 @dataclass(frozen=True)
 class Settings:
-    cache_dir: Path
-    build_root: Path
+    # one declaration per key: TOML name, environment variable, default (tomlfile.key)
+    cache_dir: Path = key("cache-dir", env="SGLFORGE_CACHE_DIR",  # noqa: RUF009
+                          doc="source cache (bare repos, tarballs)")
+    build_root: Path = key("build-root", default=DEFAULT_BUILD_ROOT,  # noqa: RUF009
+                           env="SGLFORGE_BUILD_ROOT", doc="fixed absolute build root")
+    mem_available: int | None = key("mem-available", default=None,
+                                    env="SGLFORGE_MEM_AVAILABLE",
+                                    doc="memory budget of the compile scheduler "
+                                        "(default: /proc/meminfo MemAvailable)")
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
     config_path: Path | None = None
+    # key ("cache-dir", ...) or "mirror <prefix>" -> "default", "config: <file>",
+    # "env: SGLFORGE_…", "cli: --…"
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def origin(self, name: str) -> str:
+        return self.origins.get(name, "default")
 
     def resolve_url(self, url: str) -> str:
         """Apply the longest matching mirror prefix (git's insteadOf rule)."""
@@ -51,16 +84,17 @@ class Settings:
         return args
 
 
-def default_config_path() -> Path:
-    env = os.environ.get("SGLFORGE_CONFIG")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    base = Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "sglforge" / "config.toml"
 
 
-def default_cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "sglforge"
 
 
@@ -95,47 +129,164 @@ def _mirror_line(text: str, upstream: str) -> int | None:
     return None
 
 
+# Converting one raw value (from a file, the environment or the CLI) to the field's type;
+# a returned str is the problem ("must be ...").
+def _to_path(raw: Any) -> Path | str:
+    text = str(raw)
+    return Path(text).expanduser() if text and "\0" not in text else "is not a path"
+
+
+def _to_abs_path(raw: Any) -> Path | str:
+    path = _to_path(raw)
+    if isinstance(path, Path) and not path.is_absolute():
+        return "must be an absolute path (builds embed it)"
+    return path
+
+
+def _to_size(raw: Any) -> int | str:
+    size = parse_memory(str(raw))
+    return size if size is not None and size > 0 else "expected a size like 24GiB or 1536MiB"
+
+
+CONVERT = {"cache_dir": _to_path, "build_root": _to_abs_path, "mem_available": _to_size}
+CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
+
+
+def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
+                 ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The one precedence rule: later layers win; None means "not set here". Returns the
+    merged values and, for each, the origin label of the layer it came from."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for origin, layer in layers:
+        for name, value in layer.items():
+            if value is not None:
+                values[name], origins[name] = value, origin
+    return values, origins
+
+
+def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror]]:
+    data, text = load_toml(path)
+    problems = Problems(path)
+    reader = TableReader(data, problems, "config", locate=lambda k: key_line(text, 1, k))
+    layer: dict[str, Any] = {}
+    for name, raw in read_keys(reader, Settings).items():
+        value = CONVERT[name](raw)
+        if isinstance(value, str):
+            reader.error(key_specs(Settings)[name].name, f"{raw!r} {value}")
+        else:
+            layer[name] = value
+    mirrors: list[Mirror] = []
+    for upstream, mirror in reader.str_table("mirrors").items():
+        problem = mirror_problem(upstream, mirror)
+        if problem is not None:
+            line = _mirror_line(text, upstream)
+            at = f" (line {line})" if line else ""
+            problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
+            continue
+        mirrors.append(Mirror(upstream, mirror))
+    reader.finish()
+    problems.raise_if_any()
+    return layer, mirrors
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, spec in key_specs(Settings).items():
+        raw = environ.get(spec.env or "")
+        if not raw:
+            continue
+        value = CONVERT[name](raw)
+        if isinstance(value, str):
+            raise SglforgeError(f"{spec.env}={raw!r}: {value}")
+        layer[name] = value
+    return layer
+
+
 def load_settings(
     config_path: Path | None = None,
     *,
     cache_dir: Path | None = None,
     build_root: Path | None = None,
     extra_mirrors: list[str] | tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> Settings:
-    path = config_path or default_config_path()
-    explicit = config_path is not None or "SGLFORGE_CONFIG" in os.environ
-    file_cache = file_root = None
+    """defaults < config file < SGLFORGE_* environment < CLI options, with origins."""
+    environ = os.environ if environ is None else environ
+    if config_path is not None:
+        path, how = config_path, "--config"
+    elif environ.get(CONFIG_ENV):
+        path, how = Path(environ[CONFIG_ENV]), CONFIG_ENV
+    else:
+        path, how = default_config_path(environ), None
+    file_layer: dict[str, Any] = {}
     mirrors: list[Mirror] = []
     if path.exists():
-        data, text = load_toml(path)
-        problems = Problems(path)
-        reader = TableReader(data, problems, "config")
-        file_cache = reader.str("cache-dir")
-        file_root = reader.str("build-root")
-        for upstream, mirror in reader.str_table("mirrors").items():
-            problem = mirror_problem(upstream, mirror)
-            if problem is not None:
-                line = _mirror_line(text, upstream)
-                at = f" (line {line})" if line else ""
-                problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
-                continue
-            mirrors.append(Mirror(upstream, mirror))
-        reader.finish()
-        if file_root is not None and not Path(file_root).is_absolute():
-            reader.error("build-root", f"{file_root!r} must be an absolute path (builds embed it)")
-        problems.raise_if_any()
-    elif explicit:
-        raise SglforgeError(f"{path}: config file not found (set by --config or SGLFORGE_CONFIG)")
+        file_layer, mirrors = _file_layer(path)
+    elif how is not None:
+        raise SglforgeError(f"{path}: config file not found (set by --config or {CONFIG_ENV})")
+    config_origin = f"config: {path}"
+    cli_layer: dict[str, Any] = {"cache_dir": cache_dir}
+    if build_root is not None:
+        value = _to_abs_path(build_root)
+        if isinstance(value, str):
+            raise SglforgeError(f"build root {build_root} must be an absolute path "
+                                "(builds embed it)")
+        cli_layer["build_root"] = value
+    defaults = {"cache_dir": default_cache_dir(environ), "build_root": DEFAULT_BUILD_ROOT}
+    values, by_field = merge_layers([
+        ("default", defaults), (config_origin, file_layer),
+        ("env", _env_layer(environ)), ("cli", cli_layer)])
+    origins: dict[str, str] = {}
+    specs = key_specs(Settings)
+    for name, origin in by_field.items():
+        if origin == "env":
+            origin = f"env: {specs[name].env}"
+        elif origin == "cli":
+            origin = f"cli: {CLI_FLAGS[name]}"
+        origins[specs[name].name] = origin
+    for mirror in mirrors:
+        origins[f"mirror {mirror.upstream}"] = config_origin
     # CLI mirrors come after the file's: on equal prefixes the CLI wins (last one counts).
     for text in extra_mirrors:
         mirror = parse_mirror_option(text)
         mirrors = [m for m in mirrors if m.upstream != mirror.upstream] + [mirror]
-    root = build_root or (Path(file_root) if file_root else DEFAULT_BUILD_ROOT)
-    if not root.is_absolute():
-        raise SglforgeError(f"build root {root} must be an absolute path (builds embed it)")
-    return Settings(
-        cache_dir=(cache_dir or (Path(file_cache).expanduser() if file_cache else default_cache_dir())),
-        build_root=root,
-        mirrors=tuple(mirrors),
-        config_path=path if path.exists() else None,
-    )
+        origins[f"mirror {mirror.upstream}"] = "cli: --mirror"
+    if path.exists():
+        origins["config-file"] = "--config" if how == "--config" else (
+            f"env: {CONFIG_ENV}" if how else "default")
+    return Settings(**values, mirrors=tuple(mirrors),
+                    config_path=path if path.exists() else None, origins=origins)
+
+
+def describe_settings(settings: Settings, searched: Path | None = None) -> str:
+    """The effective settings, one per line, each with where it came from."""
+    rows: list[tuple[str, str, str]] = []
+    config = settings.config_path or searched
+    rows.append(("config-file", str(config) if config else "(none)",
+                 settings.origin("config-file") if settings.config_path else "not present"))
+    for f in fields(Settings):
+        spec = key_specs(Settings).get(f.name)
+        if spec is None:
+            continue
+        value = getattr(settings, f.name)
+        if f.name == "mem_available":
+            shown = "MemAvailable (/proc/meminfo)" if value is None else _show_size(value)
+        else:
+            shown = str(value)
+        rows.append((spec.name, shown, settings.origin(spec.name)))
+    width = max(len(r[0]) for r in rows)
+    value_width = max(len(r[1]) for r in rows)
+    lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]
+    lines.append("mirrors:" if settings.mirrors else "mirrors: (none)")
+    for m in settings.mirrors:
+        lines.append(f"  {m.upstream} -> {m.mirror}   ({settings.origin('mirror ' + m.upstream)})")
+    return "\n".join(lines)
+
+
+def _show_size(value: int) -> str:
+    if value % (1 << 30) == 0:
+        return f"{value >> 30}GiB"
+    if value % (1 << 20) == 0:
+        return f"{value >> 20}MiB"
+    return f"{value} bytes"

@@ -20,7 +20,6 @@ wheel's content key and provenance.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.requirements import canonical_name
+from sglforge.base.requirements import canonical_name, installed_version
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 
 VERSION = re.compile(r"[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)")
@@ -157,13 +156,6 @@ def _first_line(cmd: list[str], search_path: str | None = None) -> str | None:
     proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True, check=False)
     lines = (proc.stdout or proc.stderr).strip().splitlines()
     return lines[0] if lines else None
-
-
-def installed_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class PatchFailed(SglforgeError):
 def resolve_entries(series: PatchSeries, settings: Settings) -> list[ResolvedEntry]:
     resolved = []
     for entry in series.entries:
-        where = f"{series.path}:{entry.line} ({entry.label})"
+        where = series.where(entry)
         info = None
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)
@@ -394,7 +394,8 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
         position = 0
         offset = 0
         for hunk in file.hunks:
-            hint = max(hunk.old_start - 1 + offset, 0) if hunk.old_count else hunk.old_start + offset
+            hint = (max(hunk.old_start - 1 + offset, 0) if hunk.old_count
+                    else hunk.old_start + offset)
             found = _find(content, hunk.old_lines, position, hint)
             if found is None:
                 raise PatchFailed(_explain_hunk(item, file, hunk, content, position, hint))

@@ -215,7 +215,8 @@ def _start(patched) -> int:  # unidiff.PatchedFile
     return patched.diff_line_no - 1  # a plain diff: unidiff counts from the '+++' line
 
 
-def _file_patch(patched, lines: list[str], start: int, end: int) -> FilePatch:  # unidiff's PatchedFile
+def _file_patch(patched, lines: list[str], start: int,  # patched: unidiff's PatchedFile
+                end: int) -> FilePatch:
     section = lines[start - 1:end - 1]
     result = FilePatch(None, None, line=start)
     result.raw = "".join(section).encode("utf-8", "surrogateescape")

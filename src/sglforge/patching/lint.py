@@ -7,18 +7,21 @@ errors  — missing or malformed Description/Subject, Origin, Forwarded, Last-Up
           a plain DEP-3 patch without Author/From (its commit identity); a diff that does not
           parse; series problems;
 hints   — Forwarded: no (say why), Applied-Upstream set (drop it when the pin moves), stale
-          Last-Update, terse descriptions, unlisted patch files, names/numbering off.
+          Last-Update, terse descriptions, unlisted patch files, names/numbering off; and a
+          literal arch in a recipe's [env]/[cmake-defines]/[config-settings] of a linted
+          upstream (archs come from `cuda-archs` through placeholders, inputs/recipes.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
 
 from sglforge.base.errors import ConfigErrors
+from sglforge.base.findings import ERROR, HINT, Finding, blocking
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.project import Project
+from sglforge.inputs.recipes import recipe_hints
 from sglforge.patching.diff import DiffParseError, parse_diff
 from sglforge.patching.patchformat import PatchFormatError, patch_format
 from sglforge.patching.series import PATCH_NAME, LocalPatch, parse_series
@@ -29,21 +32,14 @@ NUMBERED = re.compile(r"^(\d{4})-[a-z0-9][a-z0-9.+-]*\.patch$")
 STALE_DAYS = 365
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "hint"
-    where: str
-    message: str
-
-
 def lint_patch(patch: LocalPatch, where: str, today: dt.date) -> list[Finding]:
     findings: list[Finding] = []
 
     def error(message: str) -> None:
-        findings.append(Finding("error", where, message))
+        findings.append(Finding(where, ERROR, message))
 
     def hint(message: str) -> None:
-        findings.append(Finding("hint", where, message))
+        findings.append(Finding(where, HINT, message))
 
     try:
         kind = patch_format(patch.data)
@@ -112,7 +108,7 @@ def lint_project(project: Project, lock: Lockfile, names: list[str] | None,
         try:
             series = parse_series(path, name)
         except ConfigErrors as exc:
-            findings += [Finding("error", str(rel), problem) for problem in exc.problems]
+            findings += [Finding(str(rel), ERROR, problem) for problem in exc.problems]
             continue
         numbers = []
         for entry in series.entries:
@@ -122,21 +118,26 @@ def lint_project(project: Project, lock: Lockfile, names: list[str] | None,
                 if match:
                     numbers.append(int(match.group(1)))
         if numbers != sorted(numbers):
-            findings.append(Finding("hint", str(rel), "patch numbers are not in series order"))
+            findings.append(Finding(str(rel), HINT, "patch numbers are not in series order"))
         if path.parent.is_dir():
             listed = {e.name for e in series.entries}
             for file in sorted(path.parent.iterdir()):
                 if PATCH_NAME.fullmatch(file.name) and file.name not in listed:
-                    findings.append(Finding("hint", f"{rel.parent}/{file.name}",
+                    findings.append(Finding(f"{rel.parent}/{file.name}", HINT,
                                             "not listed in series (never applied)"))
+    for path, upstream, message in recipe_hints(project.recipes_dir):
+        if names and upstream not in names:
+            continue
+        rel = path.relative_to(project.root) if path.is_relative_to(project.root) else path
+        findings.append(Finding(str(rel), HINT, message))
     return findings
 
 
 def render_findings(findings: list[Finding]) -> str:
-    errors = [f for f in findings if f.severity == "error"]
-    hints = [f for f in findings if f.severity == "hint"]
-    lines = [f"errors ({len(errors)}):"] + [f"  {f.where}: {f.message}" for f in errors]
-    lines += [f"hints ({len(hints)}):"] + [f"  {f.where}: {f.message}" for f in hints]
+    errors = blocking(findings)
+    hints = [f for f in findings if f.level == HINT]
+    lines = [f"errors ({len(errors)}):"] + [f"  {f.check}: {f.message}" for f in errors]
+    lines += [f"hints ({len(hints)}):"] + [f"  {f.check}: {f.message}" for f in hints]
     lines.append("lint: " + ("FAILED" if errors else "ok") +
                  f" — {len(errors)} error(s), {len(hints)} hint(s)")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, remove_tree
 from sglforge.base.git import COMMITTER, git, git_out, rev
@@ -30,7 +31,9 @@ from sglforge.inputs.settings import Settings
 from sglforge.patching.apply import STRICT, PatchFailed, ResolvedEntry, apply_series, check_hunks
 from sglforge.patching.backport import resolve_backport
 from sglforge.patching.series import Backport, LocalPatch, backport_wants, load_series
-from sglforge.sources import cache as sources
+from sglforge.sources.cache import SourceCache
+from sglforge.sources.export import export_source
+from sglforge.sources.fetch import GitWant, fetch_commit, fetch_sources, gitlinks
 
 FORMAT_PATCH = ["format-patch", "-1", "--stdout", "--zero-commit", "--no-signature",
                 "--full-index", "--no-renames", "--src-prefix=a/", "--dst-prefix=b/"]
@@ -152,7 +155,7 @@ class RefreshState:
 
 
 def refresh_workdir(settings: Settings, upstream: str) -> Path:
-    return settings.build_root / "refresh" / upstream
+    return BuildRoot(settings.build_root).refresh(upstream)
 
 
 def abort_refresh(settings: Settings, upstream: str) -> str:
@@ -189,14 +192,14 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
                                      "drop it with `patches refresh UPSTREAM --abort`")
         if not onto or not FULL_SHA.fullmatch(onto):
             raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
-        sources.fetch_sources(lock, [upstream], settings, offline=offline,
+        fetch_sources(lock, [upstream], settings, offline=offline,
                               extra=backport_wants([series]), with_children=False)
-        cache = sources.SourceCache(settings.cache_dir)
+        cache = SourceCache(settings.cache_dir)
         # A wrong --onto is the caller's mistake, not the pin's: say so.
         try:
             with cache.locked():
-                fetched = sources.fetch_commit(
-                    cache, sources.GitWant(pin.url, onto, f"{upstream}"), settings, offline,
+                fetched = fetch_commit(
+                    cache, GitWant(pin.url, onto, f"{upstream}"), settings, offline,
                     hint=f"--onto must name a commit of {pin.url}; "
                          "patches/ and the lockfile were not changed")
         except SglforgeError as exc:
@@ -204,7 +207,7 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
         if fetched == "missing":
             raise SglforgeError(f"--onto {onto}: offline, and {upstream} commit {onto} is not "
                                 "in the cache")
-        tree = sources.export_source(lock, upstream, workdir, settings,
+        tree = export_source(lock, upstream, workdir, settings,
                                      with_submodules=False).path
         apply_series(tree, series, settings)  # import: strict, on the old pin
         git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
@@ -220,7 +223,7 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
                           cwd=tree).split()
     for index in range(state.next_index, len(series.entries)):
         entry = series.entries[index]
-        where = f"{series.path}:{entry.line} ({entry.label})"
+        where = series.where(entry)
         item = None
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)
@@ -304,18 +307,18 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     for number, line in enumerate(series.text.decode().splitlines(), 1):
         series_text += state.new_lines.get(str(number), [line])
     new_files = {name: text.encode("latin-1") for name, text in state.new_files.items()}
-    staged_project = Project(settings.build_root / "refresh" / f"{upstream}-export")
+    staged_project = Project(BuildRoot(settings.build_root).refresh(upstream, "export"))
     remove_tree(staged_project.root)
     staged_dir = staged_project.patches_dir / upstream
     staged_dir.mkdir(parents=True)
     for name, data in new_files.items():
         (staged_dir / name).write_bytes(data)
     (staged_dir / "series").write_text("\n".join(series_text) + "\n")
-    check_tree = settings.build_root / "refresh" / f"{upstream}-check"
+    check_tree = BuildRoot(settings.build_root).refresh(upstream, "check")
     new_lock = Lockfile(lock.path, tuple(
         p if p.name != upstream else dataclasses.replace(p, commit=onto, tree=None)
         for p in lock.pins))
-    sources.export_source(new_lock, upstream, check_tree, settings, with_submodules=False)
+    export_source(new_lock, upstream, check_tree, settings, with_submodules=False)
     apply_series(check_tree, load_series(staged_project, upstream), settings)
     remove_tree(check_tree)
 
@@ -329,7 +332,7 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     remove_tree(staged_project.root)
 
     pin = lock.get(upstream)
-    git_dir = sources.SourceCache(settings.cache_dir).git_dir(pin.url)
+    git_dir = SourceCache(settings.cache_dir).git_dir(pin.url)
     updates = {"commit": onto,
                "date": git_out("log", "-1", "--format=%cs", "--end-of-options", onto,
                                git_dir=git_dir)}
@@ -338,7 +341,7 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
     rewrite_pin(lock.path, upstream, updates)
     result.lines.append(f"pin       {lock.path.name}: {upstream} commit = {onto}")
     pinned_subs = {p.path: p for p in lock.submodules(upstream)}
-    for path, commit in sorted(sources.gitlinks(git_dir, onto).items()):
+    for path, commit in sorted(gitlinks(git_dir, onto).items()):
         sub = pinned_subs.get(path)
         if sub is None:
             result.lines.append(f"note      new submodule {path} @ {commit}: add a pin")

@@ -25,7 +25,7 @@ from sglforge.base.git import check_url
 from sglforge.inputs.pins import FULL_SHA, SHA256, Lockfile
 from sglforge.inputs.project import Project
 from sglforge.patching.patchformat import MBOX_FIRST_LINE, dep3_fields
-from sglforge.sources.cache import GitWant
+from sglforge.sources.fetch import GitWant
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(patch|diff)")
 DEP3_FIELDS = ("Description", "Subject", "Origin", "Bug", "Forwarded", "Author", "From",
@@ -122,9 +122,15 @@ class PatchSeries:
     def patchset8(self) -> str:
         return self.digest[:8]
 
+    def where(self, entry: Entry) -> str:
+        """Where an entry stands, for messages: `patches/x/series:3 (0002-fix.patch)`."""
+        return f"{self.path}:{entry.line} ({entry.label})"
+
 
 def parse_series(path: Path, upstream: str) -> PatchSeries:
     """Parse `path` (missing file = empty series). All problems are reported together."""
+    if path.is_symlink():  # a link in a pull request could read any file on the build host
+        raise ConfigErrors(path, ["the series file is a symbolic link; it must be a regular file"])
     if not path.exists():
         return PatchSeries(upstream, path, b"", ())
     try:
@@ -156,6 +162,10 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
                                 f"{path.parent} (NNNN-slug.patch, no directories)")
                 continue
             file = path.parent / name
+            if file.is_symlink():
+                problems.append(f"{where}: patch file {file} is a symbolic link; patches must be "
+                                "regular files (a link could read any file on the build host)")
+                continue
             if not file.is_file():
                 problems.append(f"{where}: patch file {file} does not exist")
                 continue

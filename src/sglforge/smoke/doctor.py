@@ -16,8 +16,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.findings import ERROR, OK, WARNING, Finding
+from sglforge.base.requirements import installed_version
 from sglforge.smoke.environment import REQUIRED_FOR_GPU, EnvStack
-from sglforge.smoke.install import installed_version
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.wheelset import WheelSet
 
@@ -32,7 +33,6 @@ JIT_UPSTREAMS = ("deepgemm", "deep-gemm", "tilelang", "flashinfer")
 DEVICE_CODE_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin", "flashinfer-jit-cache",
                         "sgl-deep-gemm", "tilelang", "nixl-cu13", "nixl-cu12", "torch")
 
-ERROR, WARNING, OK = "error", "warning", "ok"
 
 
 @dataclass(frozen=True)
@@ -60,20 +60,6 @@ class HostFacts:
     busy_ports: dict[int, str] = field(default_factory=dict)  # port -> why it is unusable
     model_exists: bool | None = None  # None: not a local path
     env: EnvStack | None = None  # the existing environment the smoke runs (--python)
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    level: str  # error | warning | ok
-    message: str
-    fix: str = ""
-
-    def render(self) -> str:
-        text = f"[{self.level:7}] {self.check}: {self.message}"
-        if self.fix:
-            text += f"\n          fix: {self.fix}"
-        return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +96,7 @@ def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
         nvcc_version = match.group(1) if match else None
     model = profile.model
     model_exists = Path(model).exists() if model.startswith(("/", ".", "~")) else None
-    torch_version = installed_version(venv_python, "torch") if venv_python else None
+    torch_version = installed_version("torch", venv_python) if venv_python else None
     if env is not None:
         torch = env.get("torch")
         torch_version = torch.version if torch else None
@@ -123,7 +109,8 @@ def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
         model_exists=model_exists, env=env)
 
 
-def _parse_gpu_query(out: str, topo: dict[int, int | None]) -> tuple[tuple[GpuInfo, ...], str | None]:
+def _parse_gpu_query(out: str, topo: dict[int, int | None]
+                     ) -> tuple[tuple[GpuInfo, ...], str | None]:
     gpus, driver = [], None
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -370,7 +357,8 @@ def _driver(facts: HostFacts) -> list[Finding]:
     need = ".".join(str(p) for p in MIN_DRIVER_FOR_CUDA13)
     if parts < MIN_DRIVER_FOR_CUDA13:
         return [Finding("driver", ERROR, f"driver {facts.driver_version} is too old for CUDA 13 "
-                        f"(needs >= {need})", f"install an NVIDIA driver >= {need} (R580 or newer)")]
+                        f"(needs >= {need})",
+                        f"install an NVIDIA driver >= {need} (R580 or newer)")]
     return [Finding("driver", OK, f"driver {facts.driver_version} supports CUDA 13")]
 
 
@@ -559,6 +547,3 @@ def _environment_nixl(profile: SmokeProfile, env: EnvStack) -> list[Finding]:
                         "decode side fails at the first KV transfer without it")]
     return [Finding("nixl", OK, f"{env.nixl_module} with plugin {found[0]}")]
 
-
-def blocking(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if f.level == ERROR]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.base.errors import SglforgeError
-from sglforge.smoke.wheelset import PROVENANCE_FILE, Provenance, _provenance
+from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 
 # Every distribution the PD smoke's processes load, in the order the report lists them.
 STACK_PACKAGES = (
@@ -102,7 +102,7 @@ class InstalledPackage:
             p = self.provenance
             entry.update({"upstream": p.upstream, "commit": p.commit,
                           "cuda_archs": list(p.cuda_archs), "requires_torch": p.requires_torch,
-                          "toolchain": p.toolchain, "provenance": p.raw})
+                          "toolchain": p.toolchain, "provenance": p.to_json()})
         if self.problem:
             entry["problem"] = self.problem
         return entry
@@ -169,9 +169,10 @@ def parse_probe(data: dict[str, Any]) -> EnvStack:
         problem = entry.get("provenance_error")
         raw = entry.get("provenance")
         if raw is not None:
-            problems: list[str] = []
-            provenance = _provenance(raw, f"{name} {PROVENANCE_FILE}", problems)
-            problem = "; ".join(problems) or problem
+            try:
+                provenance = Provenance.from_json(raw, f"{name} {PROVENANCE_FILE}")
+            except SglforgeError as exc:
+                problem = exc.args[0]
         packages.append(InstalledPackage(name=name, version=str(entry.get("version")),
                                          location=entry.get("location"),
                                          installer=entry.get("installer"),

@@ -3,11 +3,17 @@
 `pip install --require-hashes` makes pip refuse anything not pinned with a hash in the lock,
 so the venv holds exactly the locked set: our wheels from wheels/, third-party pins from a
 local wheelhouse (find-links) or the configured index.
+
+The venv is created with the toolchain's Python (`python` in lockfiles/toolchain.toml, the one
+the wheels are built for and serving hosts run), found on this host (`find_python`), not with
+whatever interpreter runs sglforge.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,6 +21,7 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
+from sglforge.base.requirements import installed_version
 from sglforge.smoke.profile import InstallSpec
 from sglforge.smoke.wheelset import WheelSet
 
@@ -35,7 +42,64 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpec) -> InstallPlan:
+def _major_minor(python: str) -> str | None:
+    """`X.Y` of the interpreter at `python` (None: it does not run, e.g. a pyenv shim whose
+    version is not selected)."""
+    try:
+        result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                capture_output=True, text=True, timeout=30, check=False,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def find_python(version: str, *, search_path: str | None = None, use_uv: bool = True,
+                pyenv_root: str | None = None) -> Path:
+    """An interpreter of Python `version` ("3.12"): this one when it is that version, else
+    `python3.12` on PATH, else what `uv python find 3.12` finds (installed ones only), else a
+    pyenv-installed one. None of them: an error saying how to get it."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return Path(sys.executable)
+    candidates = []
+    on_path = shutil.which(f"python{version}", path=search_path)
+    if on_path:
+        candidates.append(on_path)
+    uv = shutil.which("uv", path=search_path) if use_uv else None
+    if uv:
+        found = subprocess.run([uv, "python", "find", "--no-python-downloads", version],
+                               capture_output=True, text=True, check=False,
+                               stdin=subprocess.DEVNULL, timeout=60)
+        if found.returncode == 0 and found.stdout.strip():
+            candidates.append(found.stdout.strip())
+    root = pyenv_root if pyenv_root is not None else os.environ.get(
+        "PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin",
+                                                f"python{version}")), reverse=True)
+    for candidate in candidates:
+        if _major_minor(candidate) == version:
+            return Path(candidate)
+    raise SglforgeError(
+        f"no Python {version} found for the smoke venv (lockfiles/toolchain.toml `python`; the "
+        f"wheels are built for it); looked for python{version} on PATH"
+        + (", `uv python find`" if use_uv else "") + ", pyenv",
+        hint=f"install it (`uv python install {version}`, `pyenv install {version}`, or the "
+             f"distribution's python{version} package) or put python{version} on PATH")
+
+
+def venv_base_python(project_root: Path) -> Path:
+    """The interpreter the smoke venv is created with: the toolchain's Python; the running
+    one when the project has no lockfiles/toolchain.toml."""
+    from sglforge.inputs.toolchain import load_toolchain
+
+    toolchain = project_root / "lockfiles" / "toolchain.toml"
+    if not toolchain.exists():
+        return Path(sys.executable)
+    return find_python(load_toolchain(toolchain).python)
+
+
+def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpec,
+                 base_python: Path | None = None) -> InstallPlan:
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--require-hashes",
            "--only-binary", ":all:", "--find-links", str(wheels_dir)]
     if spec.wheelhouse:
@@ -47,7 +111,8 @@ def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpe
     pip += ["-r", str(lock_path)]
     # A user's pip.conf may add indexes or find-links; the lock alone decides what installs.
     env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    return InstallPlan(venv=venv, create=(sys.executable, "-m", "venv", str(venv)),
+    base = str(base_python or sys.executable)
+    return InstallPlan(venv=venv, create=(base, "-m", "venv", str(venv)),
                        pip=tuple(pip), env=env)
 
 
@@ -72,21 +137,10 @@ def install(plan: InstallPlan, wheelset: WheelSet, log: Path) -> None:
                     hint=None if argv is plan.create else
                     "third-party pins come from [install] wheelhouse/index-url "
                     "(or --wheelhouse/--index-url)")
-    missing = [w.name for w in wheelset.wheels if installed_version(plan.python, w.name) != w.version]
+    missing = [w.name for w in wheelset.wheels
+               if installed_version(w.name, plan.python) != w.version]
     if missing:
         raise SglforgeError(f"after pip install, the venv {plan.venv} lacks {', '.join(missing)}")
-
-
-def installed_version(python: Path, name: str) -> str | None:
-    """Version of `name` installed for `python`, read from metadata (no import: torch is slow)."""
-    if not python.exists():
-        return None
-    code = ("import importlib.metadata as m, sys\n"
-            "try: print(m.version(sys.argv[1]))\n"
-            "except m.PackageNotFoundError: print('')")
-    result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
-                            check=False)
-    return result.stdout.strip() or None
 
 
 def missing_launch_modules(python: Path, commands: dict[str, tuple[str, ...]]) -> list[str]:

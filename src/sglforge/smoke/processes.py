@@ -13,20 +13,11 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from sglforge.base.procgroup import group_members, terminate_sessions
 from sglforge.smoke.commands import LaunchCommand
 
 __all__ = ["group_members"]  # re-exported for the tests
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no log written)"
-    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglforge.base.findings import Finding
 from sglforge.base.fs import atomic_write_text
 from sglforge.smoke.checks import CheckResult
-from sglforge.smoke.doctor import Finding
 
 REPORT_NAME = "smoke-report.json"
 SUMMARY_NAME = "smoke-summary.txt"

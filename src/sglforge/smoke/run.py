@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import TextIO
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.findings import blocking
 from sglforge.base.fs import atomic_write_text, remove_tree
+from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
+from sglforge.base.steps import StepRecord, Steps
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
@@ -27,9 +30,10 @@ from sglforge.smoke.install import (
     install,
     missing_launch_modules,
     plan_install,
+    venv_base_python,
     venv_python,
 )
-from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet, log_tail
+from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.readiness import NotReady, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
@@ -62,7 +66,9 @@ class SmokeOptions:
         return self.existing_python or venv_python(self.venv)
 
     def install_plan(self) -> InstallPlan:
-        return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install)
+        fresh = self.existing_python is None and self.reuse_venv is None
+        return plan_install(self.venv, self.lock, self.wheels_dir, self.profile.install,
+                            venv_base_python(self.project_root) if fresh else None)
 
     def launch_plan(self) -> LaunchPlan:
         return build_launch_plan(self.profile, self.python, self.run_dir, self.project_root)
@@ -143,10 +149,11 @@ def _sigterm_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class _Stages:
-    """Times named steps into the report and prints one line per step."""
+class _Stages(Steps):
+    """The smoke's steps: each one goes into the report and is printed as one line."""
 
     def __init__(self, report: SmokeReport, out: TextIO, err: TextIO) -> None:
+        super().__init__(on_end=self._ended)
         self.report = report
         self.out = out
         self.err = err
@@ -154,19 +161,11 @@ class _Stages:
     def say(self, text: str) -> None:
         _safe_print(f"[smoke] {text}", self.out)
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[list[str]]:
-        start = time.monotonic()
-        detail: list[str] = []
-        ok = False
-        try:
-            yield detail
-            ok = True
-        finally:
-            seconds = time.monotonic() - start
-            self.report.stages.append(Stage(name, ok, round(seconds, 3), "; ".join(detail)))
-            self.say(f"{name}: {'ok' if ok else 'FAILED'} ({seconds:.1f} s)"
-                     + (f" {'; '.join(detail)}" if detail else ""))
+    def _ended(self, step: StepRecord) -> None:
+        detail = "; ".join(step.detail)
+        self.report.stages.append(Stage(step.name, step.ok, round(step.seconds, 3), detail))
+        self.say(f"{step.name}: {'ok' if step.ok else 'FAILED'} ({step.seconds:.1f} s)"
+                 + (f" {detail}" if detail else ""))
 
 
 def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -239,7 +238,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
     wheelset: WheelSet | None = None
     env = None
     if opts.existing_python:
-        with steps.stage("environment") as detail:
+        with steps.step("environment") as detail:
             env = probe_environment(opts.existing_python)
             report.versions = env.versions()
             report.environment = env.summary()
@@ -247,13 +246,13 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             detail.append(f"{opts.existing_python}: {len(env.packages)} stack packages, built "
                           f"by sglforge: {', '.join(built) or 'none'}")
     else:
-        with steps.stage("wheels") as detail:
+        with steps.step("wheels") as detail:
             wheelset = load_wheelset(opts.wheels_dir, opts.lock)
             report.versions = wheelset.versions()
             detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
 
     python = opts.python
-    with steps.stage("doctor") as detail:
+    with steps.step("doctor") as detail:
         probed = python if (opts.reuse_venv or opts.existing_python) else None
         facts = doctor.gather_host_facts(profile, probed, env)
         if opts.tiny_model:  # generated after the doctor, into the run directory
@@ -261,7 +260,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         report.host.update(_host_summary(facts))
         _judge(profile, wheelset, facts, report, steps, detail)
 
-    with steps.stage("install") as detail:
+    with steps.step("install") as detail:
         if opts.existing_python:
             detail.append(f"existing environment {opts.existing_python}: nothing installed")
         elif opts.reuse_venv:
@@ -277,7 +276,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             report.doctor = [f for f in report.doctor if f.check != "torch"] + torch_findings
             for finding in torch_findings:
                 steps.say(finding.render())
-            if doctor.blocking(torch_findings):
+            if blocking(torch_findings):
                 raise SmokeFailed(Failure("install", torch_findings[0].message))
 
         missing = missing_launch_modules(python, {"[server] command": profile.server.command,
@@ -290,7 +289,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                       "command elsewhere"))
 
     if opts.tiny_model:
-        with steps.stage("model") as detail:
+        with steps.step("model") as detail:
             log = opts.run_dir / "logs" / "tiny-model.log"
             model = Path(profile.model)
             seconds = tiny_model_in(python, model, log)
@@ -299,7 +298,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
     plan = opts.launch_plan()
     timeouts = profile.timeouts
     try:
-        with steps.stage("launch") as detail:
+        with steps.step("launch") as detail:
             for command in plan.servers:
                 steps.say(f"starting {command.summary}")
                 process = processes.start(command)
@@ -311,12 +310,12 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         # Both servers load at the same time, so they share one deadline per endpoint.
         for endpoint, seconds in (("/health", timeouts.health),
                                   ("/health_generate", timeouts.health_generate)):
-            with steps.stage(endpoint.lstrip("/")) as detail:
+            with steps.step(endpoint.lstrip("/")) as detail:
                 deadline = time.monotonic() + seconds
                 for process in list(processes.processes):
                     waited = wait_ready(processes, process, endpoint, seconds, deadline=deadline)
                     detail.append(f"{process.role} ready at {waited:.1f} s")
-        with steps.stage("router") as detail:
+        with steps.step("router") as detail:
             steps.say(f"starting {plan.router.summary}")
             router = processes.start(plan.router)
             report.processes.append({"role": "router", "pid": router.popen.pid,
@@ -328,7 +327,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             detail.append(f"ready after {waited:.1f} s")
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
                            timeout=timeouts.request)
-        with steps.stage("checks") as detail:
+        with steps.step("checks") as detail:
             for name in profile.checks.run:
                 result = run_check(name, ctx)
                 report.checks.append(result)
@@ -394,7 +393,7 @@ def _judge(profile: SmokeProfile, wheelset: WheelSet | None, facts: doctor.HostF
     for finding in findings:
         if finding.level != doctor.OK:
             steps.say(finding.render())
-    errors = doctor.blocking(findings)
+    errors = blocking(findings)
     detail.append(f"{len(errors)} error(s), "
                   f"{sum(f.level == doctor.WARNING for f in findings)} warning(s)")
     if errors:

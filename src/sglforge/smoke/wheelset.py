@@ -3,16 +3,13 @@
 
 The build writes both (see DESIGN "Wheel post-process"); this module only reads them. The
 smoke refuses to run when they disagree: a smoke result must describe exactly the wheels
-that would ship. Provenance (`<dist-info>/sglforge-build.json`) is read from inside each
-wheel, the authority, and must equal the manifest's copy.
-
-Kept separate from the build's writer so the two can be unified later.
+that would ship. Provenance (`<dist-info>/sglforge-build.json`, `wheel.provenance`) is read
+from inside each wheel, the authority, and must equal the manifest's copy.
 """
 
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,21 +18,7 @@ from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import sha256_file
 from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
-
-PROVENANCE_FILE = "sglforge-build.json"
-REQUIRED_PROVENANCE_KEYS = ("upstream", "commit", "version", "cuda_archs", "requires_torch",
-                            "toolchain")
-
-
-@dataclass(frozen=True)
-class Provenance:
-    upstream: str
-    commit: str
-    version: str
-    cuda_archs: tuple[str, ...]
-    requires_torch: str | None
-    toolchain: dict[str, str]
-    raw: dict[str, Any]
+from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance, read_json
 
 
 @dataclass(frozen=True)
@@ -97,45 +80,6 @@ def parse_lock(path: Path) -> tuple[LockEntry, ...]:
     return tuple(LockEntry(p.name, p.version, p.hashes, p.line) for p in pins)
 
 
-def read_wheel_provenance(path: Path) -> dict[str, Any]:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist()
-                     if n.count("/") == 1 and n.endswith(f".dist-info/{PROVENANCE_FILE}")]
-            if not names:
-                raise SglforgeError(f"{path}: no <name>-<version>.dist-info/{PROVENANCE_FILE}; "
-                                    "not a wheel built by sglforge",
-                                    hint="rebuild it with `nox -s build`")
-            return json.loads(archive.read(names[0]))
-    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
-        raise SglforgeError(f"{path}: not a valid wheel ({exc})") from None
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, deep nesting
-        raise SglforgeError(f"{path}: {PROVENANCE_FILE} is not valid JSON: {exc}") from None
-
-
-def _provenance(data: Any, where: str, problems: list[str]) -> Provenance | None:
-    if not isinstance(data, dict):
-        problems.append(f"{where}: provenance must be an object")
-        return None
-    missing = [k for k in REQUIRED_PROVENANCE_KEYS if k not in data]
-    if missing:
-        problems.append(f"{where}: provenance lacks {', '.join(missing)}")
-        return None
-    archs = data["cuda_archs"]
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        problems.append(f"{where}: provenance cuda_archs must be a list of strings")
-        return None
-    torch = data["requires_torch"]
-    if torch is not None and not isinstance(torch, str):
-        problems.append(f"{where}: provenance requires_torch must be a string or null")
-        return None
-    toolchain = data["toolchain"] if isinstance(data["toolchain"], dict) else {}
-    return Provenance(upstream=str(data["upstream"]), commit=str(data["commit"]),
-                      version=str(data["version"]), cuda_archs=tuple(archs),
-                      requires_torch=torch, toolchain={k: str(v) for k, v in toolchain.items()},
-                      raw=data)
-
-
 def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
     """Read and cross-check manifest, lock and wheel files; any disagreement is an error."""
     manifest_path = wheels_dir / "manifest.json"
@@ -184,18 +128,20 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
             problems.append(f"{where}: sha256 {actual} is not among the hashes "
                             f"{lock_path.name} line {pinned.line} allows for {name}")
         try:
-            inside = read_wheel_provenance(path)
+            inside = read_json(path)
         except SglforgeError as exc:
             problems.append(f"{where}: {exc.args[0]}")
             continue
         if "provenance" in entry and entry["provenance"] != inside:
             problems.append(f"{where}: manifest provenance differs from the wheel's "
                             f"{PROVENANCE_FILE}")
-        provenance = _provenance(inside, where, problems)
-        if provenance is None:
+        try:
+            stamped = Provenance.from_json(inside, where)
+        except SglforgeError as exc:
+            problems.append(exc.args[0])
             continue
         wheels.append(Wheel(file=path, name=name, version=version, sha256=actual,
-                            provenance=provenance))
+                            provenance=stamped))
     if problems:
         raise ConfigErrors(manifest_path, problems + [
             f"the manifest and {lock_path} must describe the same wheels; rebuild with "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
-from sglforge.wheel.normalize import PROVENANCE_NAME
+from sglforge.wheel.provenance import PROVENANCE_FILE as PROVENANCE_NAME
 
 ELF_MAGIC = b"\x7fELF"
 TEXT_PROBE = 8192

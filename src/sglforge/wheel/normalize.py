@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import fnmatch
 import hashlib
 import io
-import json
 import re
 import struct
 import time
@@ -32,8 +32,8 @@ from email.policy import compat32
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.wheel.provenance import Provenance
 
-PROVENANCE_NAME = "sglforge-build.json"
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01
 # Build litter upstream build scripts leave in package directories (ninja / CMake trees, object
 # files). A pattern ending in "/" names a directory (any path component); one without "/"
@@ -281,7 +281,7 @@ def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, loc
 
 def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
                 expected_local: str | None, torch_version: str | None,
-                provenance: dict, epoch: int, retag_local: str | None = None,
+                provenance: Provenance, epoch: int, retag_local: str | None = None,
                 exclude: tuple[str, ...] = DEFAULT_EXCLUDE
                 ) -> tuple[Path, WheelInfo]:
     """Write the normalized, stamped wheel into `out_dir`; return its path and metadata.
@@ -305,19 +305,9 @@ def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
         meta_path, data = _metadata(members)
         members[meta_path] = pin_torch(data, torch_version)
     tags = platform_tag(members, info.dist_info)
-    stamped = dict(provenance, version=info.version)
-    if removed:
-        stamped["removed"] = removed
-    members[f"{info.dist_info}/{PROVENANCE_NAME}"] = (
-        json.dumps(stamped, indent=2, sort_keys=True) + "\n").encode()
+    stamped = dataclasses.replace(provenance, version=info.version,
+                                  removed=tuple(removed) if removed else provenance.removed)
+    stamped.write(members, info.dist_info)
     out = out_dir / wheel_filename(built.name, info, tags)
     write_normalized(members, modes, info.dist_info, out, epoch)
     return out, WheelInfo(info.name, info.version, info.dist_info, tuple(removed))
-
-
-def read_provenance(wheel: Path) -> dict:
-    with zipfile.ZipFile(wheel) as archive:
-        for name in archive.namelist():
-            if name.endswith(f".dist-info/{PROVENANCE_NAME}"):
-                return json.loads(archive.read(name))
-    raise SglforgeError(f"{wheel.name}: no {PROVENANCE_NAME} in the wheel")

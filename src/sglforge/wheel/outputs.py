@@ -24,7 +24,8 @@ MANIFEST_FORMAT = 1
 
 def _entry(wheel) -> dict:  # noqa: ANN001 - build.BuiltWheel (avoid an import cycle)
     return {"file": wheel.path.name, "sha256": wheel.sha256, "name": wheel.name,
-            "version": wheel.version, "recipe": wheel.recipe, "provenance": wheel.provenance}
+            "version": wheel.version, "recipe": wheel.recipe,
+            "provenance": wheel.provenance.to_json()}
 
 
 def write_wheels(out_dir: Path, wheels: list) -> list[dict]:

@@ -1,0 +1,64 @@
+"""The layout under the build root: one value object, so no module spells a path by hand.
+
+    <root>/src/<upstream>           exported upstream work tree (series applied on top)
+    <root>/deps/<name>              exported FetchContent sources
+    <root>/work/<recipe>/           per-wheel scratch: dist/, build/, site/
+    <root>/tools/bin/               wrappers first on a build's PATH (nvcc)
+    <root>/home, <root>/tmp         HOME and TMPDIR of builds
+    <root>/logs/<wheel>.log         one log per wheel
+    <root>/out/                     staged wheels of a run (nothing partial reaches wheels/)
+    <root>/refresh/<upstream>[-…]   `patches refresh` scratch trees
+    <root>/.sglforge-build.lock     one build per root at a time
+
+The root is fixed and absolute: builds embed it (see build/environment.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class BuildRoot:
+    path: Path
+
+    def src(self, upstream: str) -> Path:
+        return self.path / "src" / upstream
+
+    def dep(self, name: str) -> Path:
+        return self.path / "deps" / name
+
+    def work(self, recipe: str) -> Path:
+        return self.path / "work" / recipe
+
+    @property
+    def tools_bin(self) -> Path:
+        return self.path / "tools" / "bin"
+
+    @property
+    def home(self) -> Path:
+        return self.path / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / "tmp"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def log(self, wheel: str) -> Path:
+        return self.logs / f"{wheel}.log"
+
+    @property
+    def staging(self) -> Path:
+        return self.path / "out"
+
+    def refresh(self, upstream: str, stage: str | None = None) -> Path:
+        """Scratch of `patches refresh`: the rebase tree, or `<upstream>-<stage>` beside it."""
+        return self.path / "refresh" / (f"{upstream}-{stage}" if stage else upstream)
+
+    @property
+    def lock(self) -> Path:
+        return self.path / ".sglforge-build.lock"

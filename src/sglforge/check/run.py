@@ -1,0 +1,110 @@
+"""Run the four parts over a stack and render one report (errors, waived, hints)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglforge.check.abi import check_abi
+from sglforge.check.api import KERNEL_MODULES, check_api
+from sglforge.check.findings import Findings
+from sglforge.check.labels import check_recipes, check_wheels
+from sglforge.check.resolution import check_resolution
+from sglforge.check.stack import load_stack
+from sglforge.check.target import Target
+from sglforge.check.waivers import load_policy
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.project import Project
+from sglforge.inputs.recipes import load_recipes
+from sglforge.inputs.toolchain import load_toolchain
+
+WAIVERS = "api-waivers.toml"
+PARTS = ("resolution", "api", "labels", "abi")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    wheels_dir: Path | None = None  # default: project wheels/
+    runtime_lock: Path | None = None  # default: lockfiles/runtime.lock
+    waivers: Path | None = None  # default: lockfiles/api-waivers.toml
+    python: str | None = None  # serving Python (major.minor); default: toolchain
+    torch: str | None = None  # serving torch; default: toolchain
+    kernel_modules: tuple[str, ...] = KERNEL_MODULES
+
+
+@dataclass
+class CheckResult:
+    findings: Findings
+    target: Target
+    wheels: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings.errors
+
+
+def run_check(project: Project, options: CheckOptions = CheckOptions()) -> CheckResult:
+    """Check the stack. Without lockfiles/toolchain.toml (a bare wheel set, as some smoke
+    projects are) the target is the running Python with no torch, and labels are skipped."""
+    findings = Findings()
+    toolchain = load_toolchain(project.toolchain) if project.toolchain.is_file() else None
+    python = options.python or (toolchain.python if toolchain else
+                                "{}.{}".format(*sys.version_info[:2]))
+    target = Target(python=python, torch=options.torch or (toolchain.torch if toolchain
+                                                            else None))
+    stack = load_stack(options.wheels_dir or project.wheels_dir,
+                       options.runtime_lock or project.runtime_lock)
+    policy = load_policy(options.waivers or project.root / "lockfiles" / WAIVERS)
+    check_resolution(stack, target, findings)
+    if options.runtime_lock is None:
+        check_runtime_lock_fresh(project, stack, target, findings)
+    check_api(stack, list(policy.waivers), findings, options.kernel_modules,
+              aliases=policy.aliases)
+    if toolchain is not None and project.recipes_dir.is_dir():
+        lock = parse_lockfile(project.lockfile)
+        recipes = load_recipes(project.recipes_dir, lock, toolchain)
+        check_recipes(recipes, lock, findings)
+        check_wheels(stack, recipes, lock, findings)
+    else:
+        findings.hint("labels", f"no {project.toolchain.name} / recipes/: labels not checked")
+    check_abi(stack, target, findings)
+    return CheckResult(findings, target, [w.file.name for w in stack.wheels])
+
+
+def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: ANN001
+                             findings: Findings) -> None:
+    """runtime.lock must be what `lock-runtime` makes of runtime.in today (error), and
+    runtime.in's generated part what the built wheels' metadata derives (hint: resolution
+    above already fails on anything the lock lacks). Projects without runtime.in keep a
+    hand-written lock: nothing to compare."""
+    from sglforge.wheel import runtime
+
+    source = runtime.input_path(project)
+    if not source.exists():
+        return
+    stale = runtime.runtime_lock_is_stale(project.runtime_lock, source, target.python)
+    if stale:
+        findings.error("resolution", f"stale lock: {stale}")
+    built = [w for w in stack.wheels if w.provenance is not None]
+    if built:
+        metadata = [runtime.read_metadata(w.file) for w in built]
+        drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
+                                               target.python, target.torch)
+        if drift:
+            findings.hint("resolution", drift)
+
+
+def render(result: CheckResult) -> str:
+    target = result.target
+    lines = [(f"stack check: {len(result.wheels)} wheel(s) for CPython {target.python} "
+             f"{target.machine}, torch {target.torch or '(none)'}")]
+    for severity, title in (("error", "ERROR"), ("waived", "waived"), ("hint", "hint"),
+                            ("info", "info")):
+        for finding in result.findings.of(severity):
+            lines.append(f"  {title:<6} {finding.check:<10} {finding.message}")
+    counts = {p: sum(1 for f in result.findings.errors if f.check == p) for p in PARTS}
+    status = "ok" if result.ok else "FAILED"
+    lines.append(f"check: {status} — " + ", ".join(f"{p} {n} error(s)" if n else f"{p} ok"
+                                                    for p, n in counts.items()))
+    return "\n".join(lines)

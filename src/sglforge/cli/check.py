@@ -1,0 +1,37 @@
+"""`sglforge check`: the stack check over wheels/ + manifest.json and lockfiles/runtime.lock."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check", help="offline stack check: requirements resolve, SGLang's kernel API names "
+                      "exist, labels match pins, Python/torch ABI")
+    p.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+                   help="wheel directory with manifest.json (default: wheels/)")
+    p.add_argument("--runtime-lock", type=Path, default=None, metavar="FILE",
+                   help="third-party pins (default: lockfiles/runtime.lock)")
+    p.add_argument("--waivers", type=Path, default=None, metavar="FILE",
+                   help="API waivers (default: lockfiles/api-waivers.toml)")
+    p.add_argument("--python", default=None, metavar="X.Y",
+                   help="serving Python (default: python in lockfiles/toolchain.toml)")
+    p.add_argument("--torch", default=None, metavar="VERSION",
+                   help="serving torch (default: torch in lockfiles/toolchain.toml)")
+    p.set_defaults(func=run_check_verb)
+
+
+def check_or_fail(project, **options) -> int:
+    """Run the check, print the report; 0 when the stack fits, else 1. Used by build/smoke."""
+    from sglforge.check.run import CheckOptions, render, run_check
+
+    result = run_check(project, CheckOptions(**options))
+    print(render(result), flush=True)
+    return 0 if result.ok else 1
+
+
+def run_check_verb(args: argparse.Namespace, ctx) -> int:
+    return check_or_fail(ctx.project, wheels_dir=args.wheels, runtime_lock=args.runtime_lock,
+                         waivers=args.waivers, python=args.python, torch=args.torch)

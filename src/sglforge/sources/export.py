@@ -1,0 +1,140 @@
+"""Export clean trees from the source cache: a git work tree detached at the pin (submodules
+placed as plain files) or an extracted archive; plus snapshots of arbitrary directories."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import replace_dir, sha256_file, staging_dir
+from sglforge.base.git import git, has_commit, rev
+from sglforge.inputs.pins import Lockfile, Pin
+from sglforge.inputs.settings import Settings
+from sglforge.sources.cache import SourceCache
+from sglforge.sources.fetch import verify_git_pin
+
+
+@dataclass(frozen=True)
+class ExportedTree:
+    name: str
+    path: Path
+    commit: str | None
+    placed: tuple[str, ...]  # "<path> @ <commit>" of submodules placed inside
+
+
+
+def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
+    """Write the files of `commit` into `dest` (no .git), using a throwaway index."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sglforge-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git("read-tree", "--end-of-options", commit, git_dir=git_dir, env=env)
+        git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir,
+            env=env)
+
+
+def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) -> list[str]:
+    placed = []
+    for sub in lock.submodules(pin.name):
+        target = root / sub.path
+        if target.is_symlink() or (target.exists() and any(target.iterdir())):
+            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: not an "
+                                f"empty directory in '{pin.name}'")
+        _checkout_files(cache.git_dir(sub.url), sub.commit, target)
+        placed.append(f"{sub.path} @ {sub.commit[:12]}")
+        placed += [f"{sub.path}/{p}" for p in _place_submodules(lock, cache, sub, target)]
+    return placed
+
+
+def safe_members(archive: tarfile.TarFile, source: str) -> list[tarfile.TarInfo]:
+    members = archive.getmembers()
+    for member in members:
+        path = PurePosixPath(member.name)
+        if path.is_absolute() or ".." in path.parts:
+            raise SglforgeError(f"{source}: archive member {member.name!r} escapes the tree")
+        if member.issym() or member.islnk():
+            target = PurePosixPath(member.linkname)
+            if target.is_absolute() or ".." in (path.parent / target).parts[:1]:
+                raise SglforgeError(f"{source}: archive link {member.name!r} -> "
+                                    f"{member.linkname!r} escapes the tree")
+    return members
+
+
+def _extract_tarball(path: Path, dest: Path, label: str) -> None:
+    """Extract, dropping the single top-level directory GitHub-style archives have."""
+    with tarfile.open(path) as archive:
+        members = safe_members(archive, label)
+        tops = {PurePosixPath(m.name).parts[0] for m in members if m.name not in ("", ".")}
+        strip = len(tops) == 1 and any(m.isdir() and PurePosixPath(m.name).parts ==
+                                       (next(iter(tops)),) for m in members)
+        for member in members:
+            parts = PurePosixPath(member.name).parts
+            if strip:
+                parts = parts[1:]
+                if not parts:
+                    continue
+            member.name = str(PurePosixPath(*parts))
+            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            archive.extract(member, dest, **kwargs)
+
+
+def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
+                  with_submodules: bool = True) -> ExportedTree:
+    """Export a clean tree of `name` at `dest`, replacing what is there only on success.
+
+    Git upstreams become a git work tree detached at the pin (patches are then committed on
+    top), with pinned submodules placed as plain files (unless `with_submodules` is off, as
+    for checking patches). Tarballs are extracted.
+    """
+    cache = SourceCache(settings.cache_dir)
+    pin = lock.get(name)
+    with staging_dir(dest) as staged:
+        if pin.is_git:
+            git_dir = cache.git_dir(pin.url)
+            if not has_commit(git_dir, pin.commit):
+                raise SglforgeError(f"{name}: commit {pin.commit} is not in the cache; run "
+                                    "`nox -s fetch` first")
+            verify_git_pin(cache, pin)
+            git("clone", "--quiet", "--shared", "--no-checkout", "--", str(git_dir), str(staged))
+            git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
+            git("remote", "remove", "origin", cwd=staged)
+            placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
+        else:
+            tarball = cache.tarball(pin.sha256)
+            if not tarball.exists():
+                raise SglforgeError(f"{name}: archive sha256 {pin.sha256} is not in the cache; "
+                                    "run `nox -s fetch` first")
+            actual = sha256_file(tarball)
+            if actual != pin.sha256:
+                raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
+                                    f"{pin.sha256}, got {actual} ({tarball})")
+            _extract_tarball(tarball, staged, name)
+            placed = []
+        replace_dir(staged, dest)
+    return ExportedTree(name=name, path=dest, commit=pin.commit, placed=tuple(placed))
+
+
+def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
+    """A git work tree at `dest` holding a copy of `source` under `prefix`, as one commit.
+
+    For checking a series against a tree that is not a pinned commit (e.g. the python/ tree
+    of a release wheel). Symlinks are copied as links; nothing outside `source` is read.
+    """
+    if not source.is_dir():
+        raise SglforgeError(f"{source}: not a directory")
+    target = dest / prefix if prefix else dest
+    if PurePosixPath(prefix).is_absolute() or ".." in PurePosixPath(prefix).parts:
+        raise SglforgeError(f"--against-prefix {prefix!r} must be a relative path")
+    shutil.copytree(source, target, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+    git("init", "--quiet", "--", str(dest))
+    git("add", "-A", cwd=dest)
+    git("commit", "--quiet", "--no-verify", "-m", f"snapshot of {source}", cwd=dest,
+        env={"GIT_AUTHOR_NAME": "sglforge", "GIT_AUTHOR_EMAIL": "sglforge@localhost",
+             "GIT_COMMITTER_NAME": "sglforge", "GIT_COMMITTER_EMAIL": "sglforge@localhost"})
+    return dest
+

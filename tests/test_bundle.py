@@ -1,0 +1,147 @@
+"""`sglforge bundle`: a fixture stack (tiny sglforge-built wheels + a third-party "runtime"
+wheel in a wheelhouse) bundled, unpacked, and installed with its install.sh into a fresh venv
+with no index (PIP_NO_INDEX=1), then checked with importlib.metadata there."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.smoke.conftest import build_wheelset, make_wheel
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "lockfiles").mkdir(parents=True)
+    (root / "lockfiles" / "upstreams.toml").write_text("")
+    (root / "patches" / "sglang").mkdir(parents=True)
+    (root / "patches" / "sglang" / "series").write_text("0001-x.patch\n")
+    (root / "patches" / "sglang" / "0001-x.patch").write_text("--- a\n+++ b\n")
+    build_wheelset(root)  # wheels/ (sglang needs tinydep==1.0), wheelhouse/tinydep, wheels.lock
+    return root
+
+
+def _bundle(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
+    return subprocess.run([sys.executable, "-m", "sglforge", "--project", str(root), "bundle",
+                           *args], capture_output=True, text=True, env=env, check=False)
+
+
+def _archive(root: Path) -> Path:
+    (archive,) = (root / "dist").glob("*.tar.gz")
+    return archive
+
+
+def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"))
+    assert result.returncode == 0, result.stderr
+    archive = _archive(root)
+    assert archive.name.startswith("sglforge-stack-0.5.99+sm120.cu130.abcd1234-")
+    assert [p.name for p in (root / "dist").iterdir()] == [archive.name]  # no temp left
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        top = names[0]
+        assert names == sorted(names)
+        assert {n[len(top) + 1:] for n in names if tar.getmember(n).isfile()} == {
+            "SHA256SUMS", "install.sh", "requirements.lock", "sglforge-stack.json",
+            "wheels/sglang-0.5.99+sm120.cu130.abcd1234-py3-none-any.whl",
+            "wheels/sglang_kernel-0.4.7+sm120.cu130.abcd1234-py3-none-any.whl",
+            "wheels/tinydep-1.0-py3-none-any.whl"}
+        assert tar.getmember(f"{top}/install.sh").mode == 0o755
+        tar.extractall(tmp_path / "host", filter="data")
+    bundle = tmp_path / "host" / top
+    stack = json.loads((bundle / "sglforge-stack.json").read_text())
+    assert [w["name"] for w in stack["wheels"]] == ["sglang", "sglang-kernel"]
+    assert stack["runtime"][0]["name"] == "tinydep"
+    assert stack["patches"]["sglang"][0]["file"] == "sglang/0001-x.patch"
+    lock = (bundle / "requirements.lock").read_text()
+    assert "tinydep==1.0 --hash=sha256:" in lock and "sglang==0.5.99" in lock
+
+    venv = tmp_path / "clean-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    env = {**os.environ, "PIP_NO_INDEX": "1", "SGLFORGE_USE_UV": "0",
+           "PIP_FIND_LINKS": str(tmp_path / "decoy-links"), "PYTHONNOUSERSITE": "1"}
+    run = subprocess.run(["sh", str(bundle / "install.sh"), str(python)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SHA256SUMS OK (6 files)" in run.stdout
+    assert "decoy-links" not in run.stdout + run.stderr  # only the bundle's wheels/
+    code = ("import importlib.metadata as m; "
+            "print(*(m.version(n) for n in ('sglang', 'sglang-kernel', 'tinydep')))")
+    versions = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split()
+    assert versions == ["0.5.99+sm120.cu130.abcd1234", "0.4.7+sm120.cu130.abcd1234", "1.0"]
+
+
+def test_tampered_bundle_fails_the_sha256sums_check_before_installing(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    with tarfile.open(_archive(root)) as tar:
+        top = tar.getnames()[0]
+        tar.extractall(tmp_path / "host", filter="data")
+    bundle = tmp_path / "host" / top
+    wheel = bundle / "wheels" / "tinydep-1.0-py3-none-any.whl"
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    marker = tmp_path / "pip-ran"
+    fake = tmp_path / "fakepython"  # a python that records whether pip was reached
+    fake.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ]; then touch {marker}; fi\n"
+                    f"exec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    run = subprocess.run(["sh", str(bundle / "install.sh"), str(fake)], capture_output=True,
+                         text=True, env={**os.environ, "SGLFORGE_USE_UV": "0"}, check=False)
+    assert run.returncode != 0
+    assert "SHA256SUMS check failed" in run.stderr
+    assert "wheels/tinydep-1.0-py3-none-any.whl: sha256" in run.stderr
+    assert not marker.exists()
+
+
+def test_bundle_is_deterministic(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    first = _archive(root).read_bytes()
+    os.utime(root / "wheels" / "manifest.json", (1, 1))
+    for path in (root / "wheels").glob("*.whl"):
+        os.utime(path, (12345, 12345))
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    assert hashlib.sha256(_archive(root).read_bytes()).hexdigest() == \
+        hashlib.sha256(first).hexdigest()
+    with tarfile.open(_archive(root)) as tar:
+        assert {m.mtime for m in tar.getmembers()} == {315532800}
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
+
+
+def test_missing_runtime_wheel_is_an_error_naming_the_requirement(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    empty = tmp_path / "empty-house"
+    empty.mkdir()
+    result = _bundle(root, "--wheelhouse", str(empty))
+    assert result.returncode == 2
+    assert "tinydep==1.0" in result.stderr and "no wheel for it" in result.stderr
+    assert not (root / "dist").exists() or not list((root / "dist").iterdir())
+
+
+def test_runtime_wheel_with_another_hash_is_refused(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    other = tmp_path / "other-house"
+    make_wheel(other, "tinydep", "1.0", None, requires=["something-else"])  # same name, new bytes
+    result = _bundle(root, "--wheelhouse", str(other))
+    assert result.returncode == 2
+    assert "tinydep==1.0" in result.stderr
+    assert "none with a sha256 the lock allows" in result.stderr
+
+
+def test_stack_version_and_name_options(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), "--name", "h200",
+                     "--stack-version", "2026.11", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "h200-2026.11.tar.gz").is_file()
+    bad = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), "--stack-version", "../x")
+    assert bad.returncode == 2 and "cannot be part of a file name" in bad.stderr

@@ -1,0 +1,202 @@
+"""README.md and docs/ as a newcomer uses them (issue 16).
+
+- Every command in a fenced ```bash block of README.md is either run here, offline, against a
+  fixture project, exactly as its nox session would run it (`nox -s VERB -- ARGS` runs
+  `python -m sglforge VERB ARGS`; the fixture's global options go after the README's
+  arguments, as a user would add them after `--`), or listed in NOT_RUN with the reason. A
+  new example that is in neither list fails `test_every_readme_example_is_classified`.
+- Every relative link in README.md and docs/*.md names a file in the repository.
+- The build-host prerequisites name what the recipes need and what the first build costs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fixtures import upstreams
+from tests.fixtures.gitrepos import DEP3
+from tests.fixtures.project import SRC, FixtureProject, make_project
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+# nox sessions that are `sglforge <same verb> <posargs>` (noxfile.py).
+VERB_SESSIONS = {"plan", "fetch", "patches", "smoke", "doctor", "build", "verify"}
+
+# README upstream names -> the fixture project's one upstream.
+NAMES = {"flashinfer": "purepy", "sglang": "purepy"}
+
+# Run here, in README order: command -> (allowed exit statuses, text the output must contain).
+RUN: dict[str, tuple[set[int], str]] = {
+    "nox -s plan": ({0}, "purepy"),
+    "nox -s doctor": ({0, 1}, "doctor: "),  # exit 1 on this GPU-less host is the right answer
+    "nox -s fetch -- flashinfer": ({0}, "fetched   purepy"),
+    "nox -s fetch -- --offline": ({0}, "cached    purepy"),
+    "nox -s fetch -- --bundle sources.tar": ({0}, "wrote bundle sources.tar"),
+    "nox -s fetch -- --from-bundle sources.tar": ({0}, "exported  purepy"),
+    "nox -s fetch -- --mirror https://github.com/=/srv/mirrors/github/": ({0}, "purepy"),
+    "nox -s patches -- check": ({0}, "ok        purepy: 1 entry apply strictly"),
+    "nox -s patches -- check --offline sglang": ({0}, "ok        purepy: 1 entry"),
+    "nox -s patches -- lint": ({0}, "lint: ok"),
+    "nox -s smoke -- --dry-run": ({0}, "# nothing below has been started"),
+}
+
+# Deliberately not run, with the reason. Everything extracted must be in RUN or here.
+NOT_RUN: dict[str, str] = {
+    "pip install nox && nox -s build": "a full CUDA build (hours; network)",
+    "nox -s tests": "the test suite itself",
+    "nox -s dev": "pip-installs into .nox/dev (needs an index); tests/test_noxfile.py checks it",
+    "source .nox/dev/bin/activate && sglforge --help": "needs the venv `nox -s dev` makes",
+    "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm":
+        "needs a newer upstream commit; tests/test_refresh_lint.py runs refresh",
+    "nox -s build": "a full CUDA build",
+    "nox -s build -- sglang-kernel": "an nvcc build (~1 h on 20 jobs)",
+    "nox -s build -- --jobs 8 --mem-per-job 6GiB --compiler-cache ccache": "a full CUDA build",
+    "nox -s verify": "rebuilds every wheel",
+    "nox -s smoke -- --model /models/DeepSeek-V4-Flash": "GPU host (8x RTX PRO 6000)",
+    "nox -s smoke -- --wheelhouse /srv/wheelhouse": "GPU host",
+    "nox -s smoke -- --index-url https://pypi.org/simple": "GPU host; network",
+    "nox -s smoke -- --venv build/smoke/dsv4-flash-pd/venv": "GPU host",
+    "nox -s smoke -- --profile h200-pd-2gpu --python /opt/torch/.venv/bin/python3 --model tiny":
+        "GPU host (H200)",
+    "pip install --require-hashes --no-index --only-binary :all: --find-links wheels/ "
+    "--find-links WHEELHOUSE/ -r lockfiles/wheels.lock": "needs built wheels + a wheelhouse",
+    "python3.12 -m venv /opt/sglang && . /opt/sglang/bin/activate": "serving-host setup",
+    "nox -s lock-runtime": "resolves against PyPI; tests/test_runtime_lock.py runs it (fake uv)",
+    "nox -s lock-runtime -- --check": "tests/test_runtime_lock.py checks staleness",
+    "nox -s lock-runtime -- --metadata 'DIR/*.METADATA' --note 'where they came from'":
+        "resolves against PyPI",
+    "nox -s check": "needs built wheels; tests/test_check.py builds fixture stacks",
+    "nox -s check -- --wheels DIR --runtime-lock F": "needs a wheel set; tests/test_check.py",
+    "nox -s check -- --python 3.12 --torch 2.13.0": "needs built wheels; tests/test_check.py",
+    "nox -s bundle -- --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_bundle.py",
+    "tar xzf 'sglforge-stack-<version>.tar.gz' && python3.12 -m venv venv":
+        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "'sglforge-stack-<version>/install.sh' venv/bin/python":
+        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+}
+
+
+def readme_commands(text: str) -> list[str]:
+    """Each command line of the fenced ```bash blocks (comments dropped, words re-joined),
+    once, in order of first appearance."""
+    commands = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():  # join `\` continuations
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(shlex.join(words).replace(" '&&' ", " && "))
+    return list(dict.fromkeys(commands))
+
+
+def test_readme_examples_are_extracted() -> None:
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    assert "nox -s fetch -- --offline" in commands
+    assert "nox -s fetch -- --mirror https://github.com/=/srv/mirrors/github/" in commands
+    assert "nox -s smoke -- --dry-run" in commands  # comment after the command dropped
+
+
+def test_every_readme_example_is_classified() -> None:
+    commands = set(readme_commands(README.read_text(encoding="utf-8")))
+    assert not RUN.keys() & NOT_RUN.keys()
+    unclassified = commands - RUN.keys() - NOT_RUN.keys()
+    assert not unclassified, f"new README examples: add them to RUN or NOT_RUN: {unclassified}"
+    stale = (RUN.keys() | NOT_RUN.keys()) - commands
+    assert not stale, f"no longer in README.md: {stale}"
+
+
+def _as_sglforge(command: str, project: FixtureProject) -> list[str]:
+    words = shlex.split(command)
+    assert words[:2] == ["nox", "-s"] and words[2] in VERB_SESSIONS, command
+    posargs = words[4:] if words[3:4] == ["--"] else words[3:]
+    posargs = [NAMES.get(word, word) for word in posargs]
+    return [sys.executable, "-m", "sglforge", words[2], *posargs, *project.args()]
+
+
+def test_offline_readme_examples_run_against_a_fixture_project(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    shutil.copytree(REPO / "profiles", project.root / "profiles")
+    patches = project.root / "patches" / "purepy"
+    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
+                         {"src/purepy/__init__.py": 'GREETING = "patched"\n'},
+                         "Change the greeting\n\n" + DEP3.format(description="A test."),
+                         patches)
+    (patches / "series").write_text("0001-greeting.patch\n")
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    env.pop("SGLFORGE_PROJECT", None)
+    ran = []
+    for command in readme_commands(README.read_text(encoding="utf-8")):
+        if command not in RUN:
+            continue
+        statuses, expected = RUN[command]
+        result = subprocess.run(_as_sglforge(command, project), capture_output=True, text=True,
+                                env=env, cwd=project.root, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode in statuses, f"{command}: exit {result.returncode}\n{output}"
+        assert expected in output, f"{command}: {expected!r} not in\n{output}"
+        assert "Traceback" not in output, f"{command}\n{output}"
+        ran.append(command)
+    assert ran == [c for c in readme_commands(README.read_text()) if c in RUN]
+    assert set(ran) == RUN.keys()
+
+
+# --- links ----------------------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def markdown_files() -> list[Path]:
+    return [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_every_relative_link_resolves_to_a_file_in_the_repository() -> None:
+    broken = []
+    checked = 0
+    for doc in markdown_files():
+        for target in LINK.findall(doc.read_text(encoding="utf-8")):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL or an anchor in the same file
+            path = (doc.parent / target.split("#")[0]).resolve()
+            checked += 1
+            if not path.is_relative_to(REPO) or not path.exists():
+                broken.append(f"{doc.relative_to(REPO)}: {target}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+    assert checked >= 5
+
+
+def test_the_readme_links_the_docs_and_names_no_notes_outside_the_repository() -> None:
+    text = README.read_text(encoding="utf-8")
+    for doc in ("docs/architecture.md", "docs/reproducibility.md"):
+        assert f"]({doc})" in text
+    for outside in ("shared notes", "reference/reproducibility.md", "shared/reference",
+                    "DESIGN.md"):
+        assert outside not in text, outside
+
+
+def test_architecture_names_every_package() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    packages = {p.name for p in (REPO / "src" / "sglforge").iterdir()
+                if (p / "__init__.py").exists()} | {"check"}
+    missing = [p for p in sorted(packages) if f"- `{p}/`" not in text]
+    assert not missing, missing
+    for contract in ("Trust", "Coherence", "Pins", "Patches", "Build", "Smoke"):
+        assert f"**{contract}.**" in text
+
+
+# --- build-host prerequisites ---------------------------------------------------------------
+
+
+def test_build_host_prerequisites_name_ucx_and_the_cost_of_the_first_build() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("`nox -s build` needs a build host"):text.index("## Sources")]
+    assert "UCX" in section and "nixl" in section
+    assert "4.9 GB" in section
+    assert "hours on few cores" in section
+    # The recipe that needs UCX points at the README for it.
+    assert "UCX" in (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
