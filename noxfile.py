@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import nox
 
@@ -126,33 +127,154 @@ def _toolchain_python() -> str:
     return match.group(1) if match else "3"
 
 
-def _install_build_requirements(session: nox.Session) -> None:
-    session.install(".")
-    requirements = os.path.join(session.create_tmp(), "build-requirements.txt")
-    text = session.run("sglforge", "build-requirements", silent=True)
-    with open(requirements, "w", encoding="utf-8") as handle:
-        handle.write(text or "")
-    session.install("-r", requirements)
+def _probe_python(candidate: str, version: str) -> bool:
+    import subprocess
+
+    try:
+        proc = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return False
+    return proc.returncode == 0 and proc.stdout.strip() == version
 
 
-@nox.session(python=_toolchain_python(), default=False)
+def _find_toolchain_python(version: str) -> str | None:
+    """$SGLFORGE_TOOLCHAIN_PYTHON, pythonX.Y on PATH, or uv's managed interpreter; each is
+    run once (a pyenv shim without that version fails the probe)."""
+    import shutil
+    import subprocess
+
+    candidates = [os.environ.get("SGLFORGE_TOOLCHAIN_PYTHON"), shutil.which(f"python{version}")]
+    uv = shutil.which("uv")
+    if uv:
+        found = subprocess.run([uv, "python", "find", version], capture_output=True, text=True,
+                               check=False)
+        candidates.append(found.stdout.strip() if found.returncode == 0 else None)
+    return next((c for c in candidates if c and _probe_python(c, version)), None)
+
+
+def _require_toolchain_python(session: nox.Session) -> str:
+    """The toolchain interpreter, or a non-zero exit that says how to get it."""
+    version = _toolchain_python()
+    python = _find_toolchain_python(version)
+    if python is None:
+        session.error(
+            f"Python {version} (lockfiles/toolchain.toml `python`) was not found: wheels are "
+            f"built with exactly that interpreter.\n"
+            f"  get it:  uv python install {version}   (https://docs.astral.sh/uv/)\n"
+            f"      or:  sudo apt install python{version} python{version}-venv   "
+            f"(Debian/Ubuntu; deadsnakes PPA on older releases)\n"
+            f"  or point at one: SGLFORGE_TOOLCHAIN_PYTHON=/path/to/python{version} nox -s "
+            f"{session.name}")
+    return python
+
+
+OPTIONS_WITH_VALUE = {"--jobs", "--mem-per-job", "--wheelhouse", "--compiler-cache", "--out"}
+
+
+def _recipe_names(args: list[str]) -> list[str]:
+    names, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in OPTIONS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            names.append(arg)
+    return names
+
+
+def _selection(names: list[str]) -> tuple[list[str], bool]:
+    """(upstreams to fetch, whether torch is needed) for the selected recipes (src/, stdlib)."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from sglforge.inputs.pins import parse_lockfile
+    from sglforge.inputs.recipes import load_recipes, select
+    from sglforge.inputs.toolchain import load_toolchain
+
+    lock = parse_lockfile(Path(ROOT, "lockfiles", "upstreams.toml"))
+    toolchain = load_toolchain(Path(ROOT, "lockfiles", "toolchain.toml"))
+    recipes = load_recipes(Path(ROOT, "recipes"), lock, toolchain)
+    chosen = select(recipes, names)
+    torch = any(recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires
+                for n in chosen)
+    return sorted({recipes[n].upstream for n in chosen}), torch
+
+
+def _bootstrap(session: nox.Session) -> str:
+    """Fail fast, then install: toolchain Python present, sources fetched and checked (seconds,
+    stdlib only), then a venv with sglforge and lockfiles/toolchain.lock (hash-pinned, pip.conf
+    off, torch only when a selected recipe needs it), with pip's progress bars. Returns the
+    venv's python."""
+    python = _require_toolchain_python(session)
+    upstreams, torch = _selection(_recipe_names(list(session.posargs)))
+    session.log(f"fetching and checking sources first: {', '.join(upstreams)}")
+    session.run(sys.executable, "-m", "sglforge", "fetch", *upstreams, env=SRC_ENV,
+                external=True)
+    venv = os.path.join(ROOT, ".nox", f"{session.name}-toolchain")
+    venv_python = os.path.join(venv, "bin", "python")
+    if not _probe_python(venv_python, _toolchain_python()):
+        session.run(python, "-m", "venv", "--clear", venv, external=True)
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from sglforge.build import toolchain_lock
+    from sglforge.inputs.toolchain import load_toolchain
+
+    toolchain = load_toolchain(Path(ROOT, "lockfiles", "toolchain.toml"))
+    lock = toolchain_lock.parse_lock(Path(ROOT, "lockfiles", "toolchain.lock"))
+    pins = dict(toolchain.build_requires, **({"torch": toolchain.torch} if torch else {}))
+    problems = toolchain_lock.check_against_pins(lock, pins)
+    if problems:
+        session.error("lockfiles/toolchain.lock does not match toolchain.toml:\n  "
+                      + "\n  ".join(problems))
+    try:
+        commands = toolchain_lock.install_commands(
+            venv_python, lock, torch, toolchain.index, toolchain.torch_index,
+            Path(session.create_tmp()))
+    except toolchain_lock.LockError as error:
+        session.error(str(error))
+    env = toolchain_lock.pip_env()
+    session.log("installing sglforge into " + venv)
+    session.run(venv_python, "-m", "pip", "install", "--quiet", ROOT, external=True)
+    size = ("~100 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)" if torch
+            else "~100 MB download, no torch")
+    session.log(f"installing lockfiles/toolchain.lock ({size}; README: what the first run "
+                "downloads)")
+    for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in
+        session.run(*command, env=env, include_outer_env=False, external=True)
+    return venv_python
+
+
+@nox.session(python=False, default=False)
 def build(session: nox.Session) -> None:
     """Build wheels into wheels/ (build host: CUDA 13, the pinned Python).
 
     -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache]
+    Order: toolchain Python check, source fetch, toolchain install (.nox/build-toolchain), build.
     """
-    _install_build_requirements(session)
-    session.run("sglforge", "build", *session.posargs)
+    python = _bootstrap(session)
+    session.run(python, "-m", "sglforge", "build", *session.posargs, external=True)
 
 
-@nox.session(python=_toolchain_python(), default=False)
+@nox.session(python=False, default=False)
 def verify(session: nox.Session) -> None:
     """Rebuild from scratch and compare sha256 with wheels/manifest.json.
 
     -- [RECIPE...] [--out DIR]
     """
-    _install_build_requirements(session)
-    session.run("sglforge", "verify", *session.posargs)
+    manifest = os.path.join(ROOT, "wheels", "manifest.json")
+    if not os.path.isfile(manifest):
+        session.error(f"{manifest} does not exist: nothing to verify (run `nox -s build` "
+                      "first); nothing was installed")
+    python = _bootstrap(session)
+    session.run(python, "-m", "sglforge", "verify", *session.posargs, external=True)
+
+
+@nox.session(python=False, default=False)
+def realcheck(session: nox.Session) -> None:
+    """Real upstreams: build each reachable recipe twice (two caller venvs), compare sha256,
+    audit, leak-scan, install and import -> bench/realcheck.json (-- --help). Not in tests."""
+    session.run(sys.executable, "-m", "bench.realcheck", *session.posargs,
+                env={"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])},
+                external=True)
 
 
 @nox.session(name="lock-runtime", default=False)

@@ -185,7 +185,7 @@ def test_sigterm_mid_compile_stops_nvcc_and_the_next_build_is_clean(tmp_path):
     _assert_clean_stop(project, err, sessions, list(seen))
     print(f"\nSIGTERM -> exit 143 in {seconds:.1f}s: {err.strip()}; had {len(seen)} "
           f"processes in {len(sessions)} session(s), {len(groups)} process groups: "
-          f"{sorted({c.split()[0].rsplit('/', 1)[-1] for _, c in seen.values()})}")
+          f"{sorted({(c.split() or ['?'])[0].rsplit('/', 1)[-1] for _, c in seen.values()})}")
 
     # the next build in the same root and cache (nothing cached from the interrupted one)
     after = project.run("build")

@@ -7,9 +7,11 @@
   PIP_NO_INDEX=1 and FETCHCONTENT_FULLY_DISCONNECTED=ON, so a download attempt fails loudly.
 - An `nvcc` wrapper first on PATH (also CUDACXX, PYTORCH_NVCC, FLASHINFER_NVCC) adds, per
   compiled file, `-objtemp` and `-frandom-seed=<hash of source and output paths relative to
-  the build root>`, plus `-Xcompiler -ffile-prefix-map=<root>=/sglforge-build`; nvcc output
-  depends on absolute paths even so, which is why the root is fixed
-  (see reference/reproducibility.md). The optional compiler cache hooks in here too.
+  the build root>`, plus `-Xcompiler -ffile-prefix-map=...` for the build root and the build
+  interpreter (build/prefixmap.py; cc/gcc/c++/g++ wrappers add the same maps to every host
+  compile, CC/CXX point at them); nvcc output depends on absolute paths even so, which is
+  why the root is fixed (see reference/reproducibility.md). The optional compiler cache hooks
+  in here too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
+from sglforge.build import prefixmap
 
 PREFIX_TARGET = "/sglforge-build"
 CLOSED_PROXY = "http://127.0.0.1:9"
@@ -38,7 +41,9 @@ if {{"--version", "-V", "--help", "-h"}}.intersection(args):
 compile_flags = {{"-c", "-dc", "-dw", "--compile", "--device-c", "--device-w"}}
 sources = [a for a in args if not a.startswith("-")
            and a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))]
-extra = ["-Xcompiler", "-ffile-prefix-map=" + root + "={prefix}"]
+extra = []
+for flag in os.environ.get("SGLFORGE_PREFIX_MAP_FLAGS", "").splitlines():
+    extra += ["-Xcompiler", flag]
 if compile_flags.intersection(args) and len(sources) == 1:
     output = ""
     for i, a in enumerate(args):
@@ -58,7 +63,7 @@ os.execvp(cmd[0], cmd)
 def write_nvcc_wrapper(tools_bin: Path) -> Path:
     tools_bin.mkdir(parents=True, exist_ok=True)
     wrapper = tools_bin / "nvcc"
-    wrapper.write_text(NVCC_WRAPPER.format(python=sys.executable, prefix=PREFIX_TARGET))
+    wrapper.write_text(NVCC_WRAPPER.format(python=sys.executable))
     wrapper.chmod(0o755)
     return wrapper
 
@@ -103,10 +108,12 @@ def search_path(cuda_home: Path | None) -> str:
 
 def base_env(root: BuildRoot, cuda_home: Path | None,
              real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
-    """The environment every build starts from (the caller's environment is not inherited)."""
+    """The environment every build starts from (the caller's environment is not inherited).
+
+    Writes the host compiler wrappers into the tools dir (build/prefixmap.py)."""
     path = os.pathsep.join([str(root.tools_bin), search_path(cuda_home)])
     wrapper = str(root.tools_bin / "nvcc")
-    prefix_map = f"-ffile-prefix-map={root.path}={PREFIX_TARGET}"
+    prefix_map = " ".join(prefixmap.map_flags(root.path))
     env = {
         "PATH": path,
         "HOME": str(root.home),
@@ -121,6 +128,7 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
         "GIT_CONFIG_NOSYSTEM": "1",
     }
+    env.update(prefixmap.write_compiler_wrappers(root.tools_bin, root.path, search_path(cuda_home)))
     if cuda_home is not None and real_nvcc is not None:
         env.update({"CUDA_HOME": str(cuda_home), "CUDA_PATH": str(cuda_home),
                     "CUDACXX": wrapper, "PYTORCH_NVCC": wrapper, "FLASHINFER_NVCC": wrapper,

@@ -4,12 +4,19 @@ key = sha256 of (pins of the upstream's closure, patch series bytes, recipe byte
 fingerprint: nvcc/compiler/cmake/python/installed build requirements, the build root (nvcc
 output depends on it), and the keys of the wheels it depends on). Not in the key: job counts,
 compiler cache, mirrors, where sglforge itself is checked out.
+
+Where the build interpreter lives (its prefix and base prefix: `.nox/build`, `.nox/verify`)
+is not in the content key stamped into the wheel, because the bytes do not depend on it: it
+is prefix-mapped in every compile and a wheel containing it fails the build
+(build/prefixmap.py, wheel/leaks.py). It is in the wheel *cache* key (`cache_value`), so a
+cache entry is only ever served to the interpreter location it was built from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +37,12 @@ class BuildKey:
     @property
     def short(self) -> str:
         return self.value[:12]
+
+    @property
+    def cache_value(self) -> str:
+        """The wheel cache's key: the content key plus where the build interpreter lives."""
+        where = {"key": self.value, "prefix": sys.prefix, "base_prefix": sys.base_prefix}
+        return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()
 
 
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,

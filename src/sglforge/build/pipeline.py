@@ -10,6 +10,7 @@ The pipeline, one named step each, with timings printed at the end:
     compile   the PEP 517 frontend, no network, logged to <build-root>/logs/<wheel>.log
     post      version check, torch pin, provenance, normalized zip
     audit     cuobjdump: required SASS in every device-code ELF
+    leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
@@ -38,7 +39,7 @@ from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
-from sglforge.build import environment
+from sglforge.build import environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.inputs.pins import Lockfile, parse_lockfile
@@ -57,7 +58,7 @@ from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
-from sglforge.wheel import audit, normalize, outputs
+from sglforge.wheel import audit, leaks, normalize, outputs
 from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
 from sglforge.wheel.provenance import Provenance
 from sglforge.wheel.provenance import read as read_provenance
@@ -256,7 +257,7 @@ def _wheel_cache_dir(settings: Settings, key: str) -> Path:
 
 
 def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None:
-    entry_dir = _wheel_cache_dir(settings, key.value)
+    entry_dir = _wheel_cache_dir(settings, key.cache_value)
     entry = entry_dir / "entry.json"
     if not entry.is_file():
         return None
@@ -268,7 +269,7 @@ def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None
 
 
 def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> None:
-    entry_dir = _wheel_cache_dir(settings, key.value)
+    entry_dir = _wheel_cache_dir(settings, key.cache_value)
     atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
     atomic_write_bytes(entry_dir / "entry.json",
                        (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
@@ -297,7 +298,7 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         build_requires={r: ctx.tool.build_requires.get(r) or ctx.tool.torch
                         for r in sorted(recipe.build_requires)},
         cuda_archs=tuple(recipe.cuda_archs),
-        requires_torch=ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        requires_torch=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         source_date_epoch=epoch,
         build_root=str(ctx.settings.build_root),
         content_key=key.value,
@@ -417,7 +418,7 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
         job.built, job.staging, expected_version=None if retag else version,
         expected_local=local if version is None and not retag else None,
         retag_local=local if retag else None,
-        torch_version=ctx.toolchain.torch if recipe.requires_torch_abi else None,
+        torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude)
     removed = job.info.removed
     if removed:
@@ -456,10 +457,17 @@ def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
         print(f"    audit ok: {elf.member}: {', '.join(elf.archs)}")
 
 
+def _leak_scan(ctx: _Context, job: _WheelJob) -> None:
+    """No ELF or text member may contain the build root or the interpreter's paths."""
+    assert job.final is not None
+    leaks.check_wheel(job.final, prefixmap.leak_needles(ctx.root.path))
+
+
 def _wheel_steps(recipe: Recipe) -> list[tuple[str, StepFunction]]:
     """The named steps of building one wheel, in order (names as the summary prints them)."""
     steps = [("fetch", _fetch), ("prepare", _prepare), ("compile", _compile),
-             ("post-process", _postprocess), ("elf audit", _elf_audit)]
+             ("post-process", _postprocess), ("elf audit", _elf_audit),
+             ("leak scan", _leak_scan)]
     if recipe.cuda_archs:
         steps.append(("audit", _arch_audit))
     return steps

@@ -2,14 +2,17 @@
 
     cuda = "13.0"        # nvcc release (major.minor) a build must find
     python = "3.12"      # interpreter (major.minor) wheels are built with
-    torch = "2.13.0"     # the libtorch ABI kernel wheels are built against (and then require)
-    torch-index = "https://download.pytorch.org/whl/cu130"   # optional, for installing it
+    torch = "2.13.0+cu130"   # the torch build (CUDA variant included) kernels are built against;
+                             # wheels then require torch==2.13.0 (the public version)
+    torch-index = "https://download.pytorch.org/whl/cu130"   # where the lock's torch comes from
+    index = "https://pypi.org/simple"   # optional: everything else in lockfiles/toolchain.lock
     [build-requires]     # exact versions of the build dependencies recipes name
     setuptools = "80.9.0"
 
 Builds run without build isolation in an interpreter that already has these installed
-(`nox -s build` installs them; `sglforge build-requirements` prints the list). Before a build
-the installed versions are checked against the pins, and what was found (plus `nvcc
+(`nox -s build` installs them from the hash-pinned lockfiles/toolchain.lock, see
+build/toolchain_lock.py; `sglforge build-requirements` prints the list). Before a build the
+installed versions are checked against the pins (exactly: torch's local label `+cu130` too), and what was found (plus `nvcc
 --version`, the host compiler, cmake) forms the `ToolchainFingerprint` that goes into every
 wheel's content key and provenance.
 """
@@ -40,9 +43,15 @@ class Toolchain:
     path: Path
     cuda: str  # "13.0"
     python: str  # "3.12"
-    torch: str | None  # "2.13.0"
+    torch: str | None  # "2.13.0+cu130"
     torch_index: str | None
     build_requires: dict[str, str]  # normalized name -> exact version
+    index: str | None = None  # the index of the lock's non-torch sections
+
+    @property
+    def torch_public(self) -> str | None:
+        """`2.13.0` for `2.13.0+cu130`: what built wheels require (Requires-Dist)."""
+        return self.torch.split("+")[0] if self.torch else None
 
     @property
     def cuda_tag(self) -> str:
@@ -75,6 +84,7 @@ def load_toolchain(path: Path) -> Toolchain:
                         describe="a Python version like \"3.12\"")
     torch = reader.str("torch", pattern=VERSION.pattern, describe="an exact version like 2.13.0")
     torch_index = reader.str("torch-index")
+    index = reader.str("index")
     raw = reader.table("build-requires") or {}
     reader.finish()
     build_requires: dict[str, str] = {}
@@ -91,7 +101,7 @@ def load_toolchain(path: Path) -> Toolchain:
             build_requires[canonical_name(name)] = value
     problems.raise_if_any()
     assert cuda is not None and python is not None
-    return Toolchain(path, cuda, python, torch, torch_index, build_requires)
+    return Toolchain(path, cuda, python, torch, torch_index, build_requires, index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +208,7 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
             problems.append(f"{name}: not pinned in {toolchain.path}")
         elif have is None:
             problems.append(f"{name}: pinned {want}, not installed in {sys.executable}")
-        elif have.split("+")[0] != want.split("+")[0]:
+        elif have != want:  # exactly: 2.13.0+cpu is not 2.13.0+cu130
             problems.append(f"{name}: pinned {want}, installed {have}")
         elif name == "torch":
             torch = have
