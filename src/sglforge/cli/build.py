@@ -135,7 +135,10 @@ def run_requirements(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     requires = sorted({r for n in names for r in recipes[n].build_requires})
     print(f"# build requirements of {', '.join(names)} (from {project.toolchain.name})")
     if toolchain.torch_index and any(r.lower() == "torch" for r in requires):
-        print(f"--extra-index-url {toolchain.torch_index}")
+        # Not an --extra-index-url line: pip would then take torch from whichever index
+        # offers it. `nox -s build` installs lockfiles/toolchain.lock section by section
+        # with --index-url and --require-hashes instead.
+        print(f"# torch: only from {toolchain.torch_index} (lockfiles/toolchain.lock [torch])")
     for line in toolchain.requirements(requires) if requires else []:
         print(line)
     return 0
