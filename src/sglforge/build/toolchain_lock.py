@@ -5,7 +5,9 @@ The file is pip's requirements format (`name==version --hash=sha256:...`, one en
 requirement incl. every transitive dependency) split into sections by comment lines:
 
     # [build]        toolchain.toml [build-requires] and their dependencies   -> index
-    # [torch-deps]   torch's runtime dependencies (nvidia-*, sympy, ...)       -> index
+    # [torch-deps]   torch's dependencies not already in [build]              -> index
+                     (nvidia-*, cuda-toolkit, triton, sympy, ...), resolved
+                     with [build]'s versions as constraints
     # [torch]        torch itself, the CUDA variant toolchain.toml pins        -> torch-index
 
 Each section is installed with its own index and nothing else:
@@ -15,18 +17,29 @@ off (PIP_CONFIG_FILE=/dev/null), so an `extra-index-url` in a pip.conf cannot br
 different torch. The `torch*` sections are installed only when a selected recipe needs torch
 (`requires-torch-abi`, or torch in its build-requires).
 
-Indexes: `index` in toolchain.toml (default https://pypi.org/simple) and `torch-index`;
-the environment variables SGLFORGE_INDEX and SGLFORGE_TORCH_INDEX override them (a mirror,
-a proxy, a local wheel directory), the hashes still decide what is accepted.
+Indexes: `index` in toolchain.toml (default https://pypi.org/simple) and `torch-index`
+(default PyPI too: PyPI's Linux x86_64 torch 2.13.0 is the CUDA 13.0 build; the option
+https://download.pytorch.org/whl/cu130 serves a wheel with other bytes, so switching means
+regenerating [torch]); the environment variables SGLFORGE_INDEX and SGLFORGE_TORCH_INDEX
+override them (a mirror, a proxy, a local wheel directory), the hashes still decide what is
+accepted.
+
+torch's version in the lock: PyPI cannot host local versions, so its cu130 torch is
+`torch==2.13.0` (distribution version without `+cu130`); the cu130 index's is
+`torch==2.13.0+cu130`. Both match the toolchain.toml pin `2.13.0+cu130` here
+(`check_against_pins`); the variant itself is checked on the installed files before a build
+(inputs/toolchain.py reads torch/version.py).
 
 Regenerate (README "Toolchain lock"): `python -m sglforge.build.toolchain_lock` prints the
-commands (uv pip compile --generate-hashes per section) for the pins in toolchain.toml.
+commands (uv pip compile --generate-hashes, then `... assemble` writes the file) for the pins
+in toolchain.toml; `... constraints` prints the [build] pins the torch resolution must keep.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,13 +131,24 @@ def parse_lock(path: Path) -> ToolchainLock:
     return lock
 
 
+def public(version: str) -> str:
+    """`2.13.0` for `2.13.0+cu130`."""
+    return version.split("+", 1)[0]
+
+
 def check_against_pins(lock: ToolchainLock, pins: dict[str, str]) -> list[str]:
-    """Pins (toolchain.toml: name -> exact version, torch included) the lock disagrees with."""
+    """Pins (toolchain.toml: name -> exact version, torch included) the lock disagrees with.
+
+    torch pinned `2.13.0+cu130` may be locked as `2.13.0`: PyPI's distribution version of its
+    cu130 build (PyPI hosts no local versions); the installed variant is checked before the
+    build (inputs/toolchain.py)."""
     problems = []
     for name, version in sorted(pins.items()):
         entry = lock.get(name)
         if entry is None:
             problems.append(f"{name}=={version}: not in {lock.path.name}")
+        elif normalize(name) == "torch" and entry.version == public(version):
+            continue
         elif entry.version != version:
             problems.append(f"{name}: toolchain.toml pins {version}, {lock.path.name} "
                             f"has {entry.version} (line {entry.line})")
@@ -133,12 +157,9 @@ def check_against_pins(lock: ToolchainLock, pins: dict[str, str]) -> list[str]:
 
 def index_for(section: str, index: str | None, torch_index: str | None) -> str:
     if section == "torch":
-        chosen = os.environ.get("SGLFORGE_TORCH_INDEX") or torch_index
+        chosen = os.environ.get("SGLFORGE_TORCH_INDEX") or torch_index or DEFAULT_INDEX
     else:
         chosen = os.environ.get("SGLFORGE_INDEX") or index or DEFAULT_INDEX
-    if not chosen:
-        raise LockError(f"no index for the [{section}] section: set torch-index in "
-                        "lockfiles/toolchain.toml or SGLFORGE_TORCH_INDEX")
     return chosen
 
 
@@ -195,29 +216,127 @@ def install_commands(python: str, lock: ToolchainLock, with_torch: bool, index: 
 
 
 GENERATE = """\
-# regenerate lockfiles/toolchain.lock (uv >= 0.5; python {python}, x86_64 manylinux_2_28):
-uv pip compile --no-config --generate-hashes --no-header --no-annotate \\
-    --python-version {python} --python-platform x86_64-manylinux_2_28 \\
-    --index-url {index} build.in -o build.lock          # build.in: [build-requires] pins
-uv pip compile --no-config --generate-hashes --no-header --no-annotate --no-deps \\
-    --python-version {python} --python-platform x86_64-manylinux_2_28 \\
-    --index-url {torch_index} torch.in -o torch.lock     # torch.in: torch=={torch}
-uv pip compile --no-config --generate-hashes --no-header --no-annotate \\
-    --python-version {python} --python-platform x86_64-manylinux_2_28 \\
-    --index-url {index} torch-deps.in -o torch-deps.lock # torch.in's Requires-Dist (linux)
-( echo '# [build]'; cat build.lock; echo '# [torch-deps]'; cat torch-deps.lock
-  echo '# [torch]'; cat torch.lock ) > lockfiles/toolchain.lock
+# regenerate lockfiles/toolchain.lock (uv 0.13.9; python {python}, x86_64 manylinux_2_28):
+COMPILE="uv pip compile --no-config --generate-hashes --no-header --no-annotate
+    --python-version {python} --python-platform x86_64-manylinux_2_28"
+$COMPILE --index-url {index} build.in -o build.lock    # build.in: [build-requires] pins
+python -m sglforge.build.toolchain_lock constraints build.lock > build-constraints.txt
+echo 'torch=={torch_public}' > torch.in      # torch and its dependencies, [build] kept as is:
+$COMPILE --index-url {index} --constraint build-constraints.txt torch.in -o torch.lock
+{variant}python -m sglforge.build.toolchain_lock assemble build.lock torch.lock{variant_arg} \\
+    > toolchain.lock && mv toolchain.lock lockfiles/toolchain.lock
+# to keep the committed [build] section: skip the first compile and pass
+# lockfiles/toolchain.lock where build.lock stands (both subcommands read its [build])
+"""
+
+VARIANT = """\
+echo 'torch=={torch}' > torch-variant.in   # torch-index differs: torch itself from there
+$COMPILE --index-url {torch_index} --no-deps torch-variant.in -o torch-variant.lock
 """
 
 
-def main() -> None:
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """(normalized name, entry text with its continuation lines) of a uv/pip lock output;
+    '# [section]' lines and other comments are dropped."""
+    blocks: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if raw[0].isspace() and blocks:
+            name, body = blocks[-1]
+            blocks[-1] = (name, body + "\n" + raw.rstrip())
+            continue
+        match = ENTRY.match(raw)
+        if match is None:
+            raise LockError(f"not an exact `name==version` entry: {raw[:60]!r}")
+        blocks.append((normalize(match.group(1)), raw.rstrip()))
+    return blocks
+
+
+def _build_blocks(text: str) -> list[tuple[str, str]]:
+    """The [build] section of a toolchain.lock, or all of a plain uv output."""
+    if not any(SECTION_LINE.match(line.strip()) for line in text.splitlines()):
+        return _blocks(text)
+    kept, section = [], None
+    for line in text.splitlines():
+        match = SECTION_LINE.match(line.strip())
+        if match:
+            section = match.group(1)
+        elif section == "build":
+            kept.append(line)
+    return _blocks("\n".join(kept))
+
+
+def constraints(build_text: str) -> str:
+    """`name==version` per [build] entry: what the torch resolution must not move."""
+    return "".join(ENTRY.match(body).group(0) + "\n" for _, body in _build_blocks(build_text))
+
+
+HEADER = """\
+# lockfiles/toolchain.lock: every build requirement, hash-pinned (format and install rules:
+# src/sglforge/build/toolchain_lock.py). Installed section by section with
+# `pip install --require-hashes --no-deps --only-binary :all: --index-url <index>` and no
+# pip.conf. Generated with uv {uv} for python {python}, x86_64-manylinux_2_28:
+# `python -m sglforge.build.toolchain_lock` prints the commands (uv pip compile
+# --generate-hashes; [torch-deps] resolved with [build]'s versions as constraints), then
+# `python -m sglforge.build.toolchain_lock assemble` writes this file.
+# Sections build and torch-deps: {index}
+# Section torch: torch=={torch_locked} from {torch_index}
+# (toolchain.toml pins {torch}{variant_note}).
+"""
+
+VARIANT_NOTE = ("; PyPI hosts no local labels: the build checks the variant\n"
+                "# in the installed torch/version.py")
+
+
+def assemble(build_text: str, torch_text: str, variant_text: str | None, toolchain: dict,
+             uv: str = "0.13.9") -> str:
+    """The lock file from uv outputs: [build], torch's dependencies minus [build] as
+    [torch-deps], torch (from `variant_text` when given: another torch index) as [torch]."""
+    build = _build_blocks(build_text)
+    names = {name for name, _ in build}
+    resolved = _blocks(torch_text)
+    torch = [body for name, body in _blocks(variant_text or torch_text) if name == "torch"]
+    if len(torch) != 1:
+        raise LockError("expected exactly one torch entry in the torch resolution")
+    deps = [body for name, body in resolved if name != "torch" and name not in names]
+    locked = ENTRY.match(torch[0]).group(2)
+    pin = toolchain.get("torch", "")
+    note = VARIANT_NOTE if locked != pin else ""
+    header = HEADER.format(uv=uv, python=toolchain["python"],
+                           index=toolchain.get("index", DEFAULT_INDEX),
+                           torch_index=toolchain.get("torch-index", DEFAULT_INDEX),
+                           torch=pin, torch_locked=locked, variant_note=note)
+    sections = [("build", [b for _, b in build]), ("torch-deps", deps), ("torch", torch)]
+    return header + "".join(f"# [{name}]\n" + "".join(b + "\n" for b in bodies)
+                            for name, bodies in sections)
+
+
+def main(argv: list[str] | None = None) -> None:
     import tomllib
 
+    args = sys.argv[1:] if argv is None else argv
     root = Path(__file__).resolve().parents[3]
     data = tomllib.loads((root / "lockfiles" / "toolchain.toml").read_text(encoding="utf-8"))
-    print(GENERATE.format(python=data["python"], index=data.get("index", DEFAULT_INDEX),
-                          torch_index=data.get("torch-index", "<torch-index>"),
-                          torch=data.get("torch", "<torch>")))
+    if args[:1] == ["constraints"] and len(args) == 2:
+        sys.stdout.write(constraints(Path(args[1]).read_text(encoding="utf-8")))
+        return
+    if args[:1] == ["assemble"] and len(args) in (3, 4):
+        texts = [Path(a).read_text(encoding="utf-8") for a in args[1:]]
+        sys.stdout.write(assemble(texts[0], texts[1], texts[2] if len(texts) == 3 else None,
+                                  data))
+        return
+    if args:
+        sys.exit("usage: python -m sglforge.build.toolchain_lock "
+                 "[constraints BUILD.lock | assemble BUILD.lock TORCH.lock [TORCH-VARIANT.lock]]")
+    index = data.get("index", DEFAULT_INDEX)
+    torch_index = data.get("torch-index", DEFAULT_INDEX)
+    torch = data.get("torch", "<torch>")
+    other = torch_index.rstrip("/") != index.rstrip("/")
+    print(GENERATE.format(
+        python=data["python"], index=index, torch_public=public(torch),
+        variant=VARIANT.format(torch=torch, torch_index=torch_index) if other else "",
+        variant_arg=" torch-variant.lock" if other else ""))
 
 
 if __name__ == "__main__":
