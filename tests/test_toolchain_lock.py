@@ -29,9 +29,88 @@ def write_lock(path: Path, text: str) -> Path:
 def test_the_committed_lock_matches_toolchain_toml_and_pins_torch_with_its_cuda_variant():
     toolchain = load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
     assert toolchain.torch == "2.13.0+cu130" and toolchain.torch_public == "2.13.0"
+    assert toolchain.torch_index == toolchain_lock.DEFAULT_INDEX  # PyPI: reachable
     lock = toolchain_lock.parse_lock(ROOT / "lockfiles" / "toolchain.lock")
-    assert toolchain_lock.check_against_pins(lock, toolchain.build_requires) == []
+    pins = dict(toolchain.build_requires, torch=toolchain.torch)
+    assert toolchain_lock.check_against_pins(lock, pins) == []
     assert all(entry.hashes for entries in lock.sections.values() for entry in entries)
+    assert [e.name for e in lock.sections["torch"]] == ["torch"]
+    assert lock.get("torch").version == "2.13.0"  # PyPI's cu130 build: no local label
+    deps = {e.name: e.version for e in lock.sections["torch-deps"]}
+    assert deps["triton"] == "3.7.1" and deps["cuda-toolkit"].startswith("13.0.3")
+    assert "nvidia-nccl-cu13" in deps and "nvidia-cudnn-cu13" in deps
+    build = {e.name for e in lock.sections["build"]}
+    assert not build & set(deps)  # shared dependencies stay at [build]'s versions
+    # the cp312 manylinux_2_28 x86_64 wheel checked to hold torch/version.py 2.13.0+cu130
+    assert "796633c4cdf0fe2cdced72d8f88f22e73dbcfce83132763162f6d4bff13b820b" in \
+        lock.get("torch").hashes
+
+
+def test_torch_lock_entry_may_lack_the_local_label_but_not_differ_otherwise(tmp_path):
+    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "l", f"""\
+# [torch]
+torch==2.13.0 --hash=sha256:{H1}
+"""))
+    assert toolchain_lock.check_against_pins(lock, {"torch": "2.13.0+cu130"}) == []
+    assert toolchain_lock.check_against_pins(lock, {"torch": "2.13.1+cu130"}) == [
+        "torch: toolchain.toml pins 2.13.1+cu130, l has 2.13.0 (line 2)"]
+    cpu = toolchain_lock.parse_lock(write_lock(
+        tmp_path / "c", f"# [torch]\ntorch==2.13.0+cpu --hash=sha256:{H1}\n"))
+    assert toolchain_lock.check_against_pins(cpu, {"torch": "2.13.0+cu130"}) == [
+        "torch: toolchain.toml pins 2.13.0+cu130, c has 2.13.0+cpu (line 2)"]
+
+
+UV_BUILD = f"""\
+setuptools==80.9.0 \\
+    --hash=sha256:{H1}
+typing-extensions==4.16.0 \\
+    --hash=sha256:{H1}
+"""
+UV_TORCH = f"""\
+nvidia-nccl-cu13==2.29.7 \\
+    --hash=sha256:{H2}
+setuptools==80.9.0 \\
+    --hash=sha256:{H1}
+torch==2.13.0 \\
+    --hash=sha256:{H1} \\
+    --hash=sha256:{H2}
+typing-extensions==4.16.0 \\
+    --hash=sha256:{H1}
+"""
+
+
+def test_assemble_splits_torch_from_its_dependencies_and_keeps_build(tmp_path):
+    assert toolchain_lock.constraints(UV_BUILD) == \
+        "setuptools==80.9.0\ntyping-extensions==4.16.0\n"
+    pins = {"python": "3.12", "torch": "2.13.0+cu130"}
+    text = toolchain_lock.assemble(UV_BUILD, UV_TORCH, None, pins)
+    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "toolchain.lock", text))
+    assert {k: [e.name for e in v] for k, v in lock.sections.items()} == {
+        "build": ["setuptools", "typing-extensions"], "torch-deps": ["nvidia-nccl-cu13"],
+        "torch": ["torch"]}
+    assert lock.get("torch").hashes == (H1, H2)
+    assert "torch==2.13.0 from https://pypi.org/simple" in text
+    assert "torch/version.py" in text  # says where the variant is checked
+    assert all(len(line) <= 100 for line in text.splitlines() if line.startswith("#"))
+    # an existing lock as the build input: its [build] section is kept, the rest replaced
+    again = toolchain_lock.assemble(text, UV_TORCH, None, pins)
+    assert again == text and toolchain_lock.constraints(text) == \
+        toolchain_lock.constraints(UV_BUILD)
+    variant = f"torch==2.13.0+cu130 \\\n    --hash=sha256:{'c' * 64}\n"
+    other = toolchain_lock.assemble(UV_BUILD, UV_TORCH, variant,
+                                    dict(pins, **{"torch-index": "https://t.example/cu130"}))
+    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "other.lock", other))
+    assert lock.get("torch").version == "2.13.0+cu130"
+    assert lock.get("torch").hashes == ("c" * 64,)
+
+
+def test_printed_regeneration_commands_follow_toolchain_toml(capsys):
+    toolchain_lock.main([])
+    text = capsys.readouterr().out
+    assert "echo 'torch==2.13.0' > torch.in" in text
+    assert "--constraint build-constraints.txt torch.in" in text
+    assert "assemble build.lock torch.lock" in text
+    assert "torch-variant" not in text  # torch-index is index (PyPI): one resolution
 
 
 def test_parse_lock_sections_continuations_and_errors(tmp_path):
@@ -148,20 +227,83 @@ def test_install_takes_only_the_hashed_file_from_the_given_index(tmp_path, monke
     assert not (tmp_path / "site2" / "fakelib").exists()
 
 
-def test_a_torch_of_another_variant_is_refused(tmp_path, monkeypatch):
+VERSION_PY = """\
+from typing import Optional
+
+__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'rocm', 'xpu']
+__version__ = '{version}'
+debug = False
+cuda: Optional[str] = {cuda!r}
+git_version = 'cf30153c4c131c8164ee7798e5022d810682e2cb'
+hip: Optional[str] = None
+"""
+
+
+def fake_torch(site: Path, dist_version: str, version: str | None,
+               cuda: str | None = "13.0") -> Path:
+    """An "installed torch" without torch: its dist-info, and torch/version.py unless None."""
+    dist = site / f"torch-{dist_version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.4\nName: torch\n"
+                                   f"Version: {dist_version}\n")
+    if version is not None:
+        (site / "torch").mkdir()
+        (site / "torch" / "version.py").write_text(VERSION_PY.format(version=version,
+                                                                     cuda=cuda))
+    return site
+
+
+def _toolchain(tmp_path: Path):
     (tmp_path / "toolchain.toml").write_text(
         f'cuda = "13.0"\npython = "{sys.version_info.major}.{sys.version_info.minor}"\n'
         'torch = "2.13.0+cu130"\n[build-requires]\n')
-    toolchain = load_toolchain(tmp_path / "toolchain.toml")
-    installed = {"torch": "2.13.0+cpu"}
-    monkeypatch.setattr(toolchain_mod, "installed_version", installed.get)
-    with pytest.raises(SglforgeError, match=r"torch: pinned 2.13.0\+cu130, installed 2.13.0\+cpu"):
-        toolchain_mod.fingerprint(toolchain, None, ["torch"])
-    installed["torch"] = "2.13.0"  # the PyPI build: not the pinned variant either
-    with pytest.raises(SglforgeError, match="installed 2.13.0$|installed 2.13.0\n"):
-        toolchain_mod.fingerprint(toolchain, None, ["torch"])
-    installed["torch"] = "2.13.0+cu130"
-    assert toolchain_mod.fingerprint(toolchain, None, ["torch"]).torch == "2.13.0+cu130"
+    return load_toolchain(tmp_path / "toolchain.toml")
+
+
+@pytest.mark.parametrize("dist_version", ["2.13.0", "2.13.0+cu130"])  # PyPI, its own index
+def test_installed_cu130_torch_passes_read_from_files(tmp_path, monkeypatch, dist_version):
+    site = fake_torch(tmp_path / "site", dist_version, "2.13.0+cu130")
+    found = toolchain_mod.installed_torch([str(site)])
+    assert found == toolchain_mod.InstalledTorch(dist_version, site / "torch" / "version.py",
+                                                 "2.13.0+cu130", "13.0")
+    assert toolchain_mod.torch_problem("2.13.0+cu130", found) is None
+    monkeypatch.syspath_prepend(str(site))
+    found = toolchain_mod.fingerprint(_toolchain(tmp_path), None, ["torch"])
+    assert found.torch == "2.13.0+cu130"  # the variant, as content keys had it
+    assert "torch" not in sys.modules  # read, never imported
+
+
+@pytest.mark.parametrize(("dist_version", "version", "cuda", "message"), [
+    ("2.13.0+cpu", "2.13.0+cpu", None,
+     r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(its metadata Version\)"),
+    ("2.13.0", "2.13.0+cpu", None,  # a CPU build without the label in its metadata
+     (r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(.*version\.py: "
+      r"__version__ = '2\.13\.0\+cpu', cuda = None\)")),
+    ("2.12.0", "2.12.0+cu130", "13.0",
+     r"torch: pinned 2\.13\.0\+cu130, installed 2\.12\.0 \(its metadata Version\)"),
+    ("2.13.0", "2.13.0+cu130", "12.8",
+     (r"pinned 2\.13\.0\+cu130 \(CUDA 13\.0\), but the installed build says otherwise "
+      r"\(.*cuda = '12\.8'\)")),
+])
+def test_installed_torch_of_another_build_is_refused(tmp_path, monkeypatch, dist_version,
+                                                     version, cuda, message):
+    site = fake_torch(tmp_path / "site", dist_version, version, cuda)
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(SglforgeError, match=message):
+        toolchain_mod.fingerprint(_toolchain(tmp_path), None, ["torch"])
+
+
+def test_installed_torch_without_version_py_fails_clearly(tmp_path, monkeypatch):
+    site = fake_torch(tmp_path / "site", "2.13.0", None)
+    found = toolchain_mod.installed_torch([str(site)])
+    assert found.version is None and found.cuda is None
+    assert toolchain_mod.torch_problem("2.13.0+cu130", found) == (
+        f"torch: pinned 2.13.0+cu130, installed 2.13.0 has no {site / 'torch' / 'version.py'}"
+        ", so its CUDA variant is unknown (reinstall torch)")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(SglforgeError, match="has no .*version.py, so its CUDA variant"):
+        toolchain_mod.fingerprint(_toolchain(tmp_path), None, ["torch"])
+    assert toolchain_mod.installed_torch([str(tmp_path / "empty")]) is None
 
 
 def test_toolchain_toml_index_keys_are_read(tmp_path):

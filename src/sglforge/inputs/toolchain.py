@@ -4,7 +4,8 @@
     python = "3.12"      # interpreter (major.minor) wheels are built with
     torch = "2.13.0+cu130"   # the torch build (CUDA variant included) kernels are built against;
                              # wheels then require torch==2.13.0 (the public version)
-    torch-index = "https://download.pytorch.org/whl/cu130"   # where the lock's torch comes from
+    torch-index = "https://pypi.org/simple"   # where the lock's torch comes from (default PyPI,
+                                              # whose Linux x86_64 torch is the cu130 build)
     index = "https://pypi.org/simple"   # optional: everything else in lockfiles/toolchain.lock
     [build-requires]     # exact versions of the build dependencies recipes name
     setuptools = "80.9.0"
@@ -12,14 +13,18 @@
 Builds run without build isolation in an interpreter that already has these installed
 (`nox -s build` installs them from the hash-pinned lockfiles/toolchain.lock, see
 build/toolchain_lock.py; `sglforge build-requirements` prints the list). Before a build the
-installed versions are checked against the pins (exactly: torch's local label `+cu130` too), and what was found (plus `nvcc
---version`, the host compiler, cmake) forms the `ToolchainFingerprint` that goes into every
-wheel's content key and provenance.
+installed versions are checked against the pins, exactly; torch also by its CUDA variant, read
+from the installed torch/version.py (`installed_torch`), since PyPI's cu130 torch has the
+distribution version `2.13.0` without the `+cu130`. What was found (plus `nvcc --version`, the
+host compiler, cmake) forms the `ToolchainFingerprint` that goes into every wheel's content key
+and provenance.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -106,6 +111,65 @@ def load_toolchain(path: Path) -> Toolchain:
 
 # ---------------------------------------------------------------------------------------------
 # what is actually installed
+
+
+@dataclass(frozen=True)
+class InstalledTorch:
+    """torch as installed, read from files (importing torch takes seconds)."""
+
+    dist_version: str  # METADATA Version: `2.13.0` (PyPI) or `2.13.0+cu130` (its own index)
+    version_file: Path  # torch/version.py, which may be missing
+    version: str | None  # its `__version__`: `2.13.0+cu130`, `2.13.0+cpu`
+    cuda: str | None  # its `cuda`: `13.0`; None for a CPU build
+
+
+def _literals(path: Path) -> dict[str, object]:
+    """Top-level `name = <literal>` / `name: T = <literal>` assignments of a Python file."""
+    out: dict[str, object] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    out[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    return out
+
+
+def installed_torch(path: list[str] | None = None) -> InstalledTorch | None:
+    """The torch distribution on `path` (default sys.path) and its torch/version.py."""
+    where = {} if path is None else {"path": path}
+    dist = next(iter(importlib.metadata.distributions(name="torch", **where)), None)
+    if dist is None:
+        return None
+    version_file = Path(dist.locate_file("torch/version.py"))
+    values = _literals(version_file) if version_file.is_file() else {}
+    version, cuda = values.get("__version__"), values.get("cuda")
+    return InstalledTorch(dist.version, version_file,
+                          version if isinstance(version, str) else None,
+                          cuda if isinstance(cuda, str) else None)
+
+
+def torch_problem(want: str, have: InstalledTorch) -> str | None:
+    """How the installed torch differs from the pin `want` (`2.13.0+cu130`), or None: public
+    version from metadata; the variant from torch/version.py (`__version__` exactly, and for a
+    cuXYZ pin `cuda` = X.YZ); a `+label` in the metadata must be the pinned one."""
+    public, _, label = want.partition("+")
+    dist_public, _, dist_label = have.dist_version.partition("+")
+    if dist_public != public or (dist_label and dist_label != label):
+        return f"torch: pinned {want}, installed {have.dist_version} (its metadata Version)"
+    if not have.version_file.is_file():
+        return (f"torch: pinned {want}, installed {have.dist_version} has no "
+                f"{have.version_file}, so its CUDA variant is unknown (reinstall torch)")
+    found = f"{have.version_file}: __version__ = {have.version!r}, cuda = {have.cuda!r}"
+    if have.version != want:
+        return f"torch: pinned {want}, installed {have.version or have.dist_version} ({found})"
+    if label.startswith("cu") and (have.cuda or "").replace(".", "") != label[2:]:
+        return (f"torch: pinned {want} (CUDA {label[2:-1]}.{label[-1]}), but the installed "
+                f"build says otherwise ({found})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -203,15 +267,21 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
     torch = None
     for name in sorted({canonical_name(n) for n in requires}):
         want = toolchain.pinned_version(name)
-        have = installed_version(name)
         if want is None:
             problems.append(f"{name}: not pinned in {toolchain.path}")
-        elif have is None:
+        elif name == "torch":  # exactly, CUDA variant included: 2.13.0+cpu is not +cu130
+            build = installed_torch()
+            if build is None:
+                problems.append(f"torch: pinned {want}, not installed in {sys.executable}")
+            elif wrong := torch_problem(want, build):
+                problems.append(wrong)
+            else:
+                torch = build.version
+            continue
+        elif (have := installed_version(name)) is None:
             problems.append(f"{name}: pinned {want}, not installed in {sys.executable}")
-        elif have != want:  # exactly: 2.13.0+cpu is not 2.13.0+cu130
+        elif have != want:
             problems.append(f"{name}: pinned {want}, installed {have}")
-        elif name == "torch":
-            torch = have
         else:
             found[name] = have
     if problems:
