@@ -313,3 +313,11 @@ def test_toolchain_toml_index_keys_are_read(tmp_path):
     data = tomllib.loads((tmp_path / "t.toml").read_text())
     toolchain = load_toolchain(tmp_path / "t.toml")
     assert toolchain.index == data["index"] and toolchain.torch_index == data["torch-index"]
+
+
+def test_build_requirements_name_torch_as_the_index_does():
+    out = subprocess.run([sys.executable, "-m", "sglforge", "build-requirements",
+                          "sglang-kernel"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert "torch==2.13.0\n" in out and "torch==2.13.0+cu130\n" not in out
+    assert "# torch: only from https://pypi.org/simple" in out

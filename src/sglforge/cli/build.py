@@ -138,7 +138,10 @@ def run_requirements(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         # Not an --extra-index-url line: pip would then take torch from whichever index
         # offers it. `nox -s build` installs lockfiles/toolchain.lock section by section
         # with --index-url and --require-hashes instead.
-        print(f"# torch: only from {toolchain.torch_index} (lockfiles/toolchain.lock [torch])")
+        print(f"# torch: only from {toolchain.torch_index} (lockfiles/toolchain.lock [torch]);"
+              f"\n# torch=={toolchain.torch_public}: the {toolchain.torch} build (PyPI has no "
+              "local labels); the build checks the installed torch/version.py")
     for line in toolchain.requirements(requires) if requires else []:
-        print(line)
+        # torch==2.13.0+cu130 exists on the cu130 index only; ==2.13.0 matches it there too
+        print(f"torch=={toolchain.torch_public}" if line == f"torch=={toolchain.torch}" else line)
     return 0
