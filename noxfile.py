@@ -270,8 +270,10 @@ def verify(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def realcheck(session: nox.Session) -> None:
-    """Real upstreams: build each reachable recipe twice (two caller venvs), compare sha256,
-    audit, leak-scan, install and import -> bench/realcheck.json (-- --help). Not in tests."""
+    """Prove the real recipes reproducible -> bench/realcheck.json.
+
+    Builds each reachable recipe twice (two caller venvs), compares sha256, audits,
+    leak-scans, installs and imports (-- --help). Not part of the tests."""
     session.run(sys.executable, "-m", "bench.realcheck", *session.posargs,
                 env={"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])},
                 external=True)

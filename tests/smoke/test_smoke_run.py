@@ -51,7 +51,7 @@ def test_full_smoke_run_passes_and_report_is_complete(smoke_project: SmokeProjec
     assert report["result"] == "pass"
     assert report["failure"] is None
     assert [s["name"] for s in report["stages"]] == [
-        "wheels", "doctor", "install", "launch", "health", "health_generate", "router", "checks"]
+        "wheels", "stack check", "doctor", "install", "launch", "health", "health_generate", "router", "checks"]
     assert all(s["ok"] for s in report["stages"])
     checks = {c["name"]: c for c in report["checks"]}
     assert set(checks) == {"generate", "logprobs", "stream", "concurrent", "needle"}
@@ -259,4 +259,20 @@ def test_router_missing_from_the_smoke_venv_is_named_before_launch(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[router] command: module 'sglang_router' is not installed" in result.stderr
     assert "sglang-router==0.3.2" in result.stderr
+    assert not (smoke_project.run_dir / "processes.json").exists()
+
+
+def test_stack_that_does_not_fit_stops_before_install(smoke_project: SmokeProject) -> None:
+    """The smoke runs the stack check after the wheels stage: a requirement the lock does not
+    satisfy stops it before a venv is made or anything starts."""
+    lock = smoke_project.root / "lockfiles" / "wheels.lock"
+    lock.write_text(lock.read_text().replace("tinydep==1.0 ", "tinydep==0.9 "))
+    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir))
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = smoke_project.report()
+    assert [s["name"] for s in report["stages"]] == ["wheels", "stack check"]
+    assert report["failure"]["stage"] == "stack check"
+    assert "requires tinydep==1.0" in report["failure"]["message"]
+    assert "check: FAILED" in result.stdout
+    assert not (smoke_project.run_dir / "venv").exists()
     assert not (smoke_project.run_dir / "processes.json").exists()

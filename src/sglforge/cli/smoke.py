@@ -108,19 +108,6 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if args.dry_run:
         print(dry_run_text(opts), end="")
         return 0
-    from sglforge.cli.check import check_or_fail
-    from sglforge.smoke.wheelset import load_wheelset
-
-    if opts.existing_python is not None:
-        # The stack check proves the wheel set the smoke would install; an existing
-        # environment installs nothing from it (its versions are recorded in the report).
-        print("smoke: existing environment: the stack check of wheels/ does not apply")
-        return run_smoke(opts)
-    # Manifest, lock and files must agree first (bad input, exit 2), then fit together.
-    load_wheelset(opts.wheels_dir, opts.lock)
-    if check_or_fail(ctx.project, wheels_dir=opts.wheels_dir, runtime_lock=opts.lock):
-        print("smoke: the stack check failed (above); nothing launched")
-        return 1
     return run_smoke(opts)
 
 

@@ -250,6 +250,8 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             wheelset = load_wheelset(opts.wheels_dir, opts.lock)
             report.versions = wheelset.versions()
             detail.append(f"{len(wheelset.wheels)} wheels match {opts.lock.name}")
+        with steps.step("stack check") as detail:
+            _stack_check(opts, steps, detail)
 
     python = opts.python
     with steps.step("doctor") as detail:
@@ -360,6 +362,23 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             stage="readiness", message=str(exc), process=process.role,
             exit=process.describe_exit(), log=str(process.command.log),
             log_tail=log_tail(process.command.log))) from None
+
+
+def _stack_check(opts: SmokeOptions, steps: _Stages, detail: list[str]) -> None:
+    """The wheels fit together (`sglforge check` against the smoke's lock) before anything is
+    installed or launched."""
+    from sglforge.check.run import CheckOptions, render, run_check
+    from sglforge.inputs.project import Project
+
+    result = run_check(Project(opts.project_root),
+                       CheckOptions(wheels_dir=opts.wheels_dir, runtime_lock=opts.lock))
+    _safe_print(render(result), steps.out)
+    errors = result.findings.errors
+    detail.append(f"{len(errors)} error(s)")
+    if errors:
+        raise SmokeFailed(Failure(stage="stack check", message=(
+            f"the wheels do not fit together ({len(errors)} error(s)); first: "
+            f"{errors[0].check}: {errors[0].message}")))
 
 
 def tiny_model_in(python: Path, model: Path, log: Path) -> float:
