@@ -131,7 +131,8 @@ def _probe_python(candidate: str, version: str) -> bool:
     import subprocess
 
     try:
-        proc = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        code = "import sys; print('%d.%d' % sys.version_info[:2])"
+        proc = subprocess.run([candidate, "-c", code],
                               capture_output=True, text=True, timeout=30, check=False)
     except OSError:
         return False

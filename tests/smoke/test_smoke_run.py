@@ -51,7 +51,8 @@ def test_full_smoke_run_passes_and_report_is_complete(smoke_project: SmokeProjec
     assert report["result"] == "pass"
     assert report["failure"] is None
     assert [s["name"] for s in report["stages"]] == [
-        "wheels", "stack check", "doctor", "install", "launch", "health", "health_generate", "router", "checks"]
+        "wheels", "stack check", "doctor", "install", "launch", "health", "health_generate",
+        "router", "checks"]
     assert all(s["ok"] for s in report["stages"])
     checks = {c["name"]: c for c in report["checks"]}
     assert set(checks) == {"generate", "logprobs", "stream", "concurrent", "needle"}

@@ -92,7 +92,11 @@ def compiler_cache_env(kind: str | None, cache_dir: Path) -> tuple[dict[str, str
         raise SglforgeError(f"--compiler-cache {kind}: '{kind}' is not on PATH")
     env = {"SGLFORGE_COMPILER_CACHE": binary}
     if kind == "ccache":
-        env.update({"CCACHE_DIR": str(cache_dir / "ccache"), "CCACHE_NOHASHDIR": "1"})
+        # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so
+        # ccache's default mtime check would never hit after a clean build root; their content
+        # names the real compiler's path, size and mtime, so hashing content stays safe.
+        env.update({"CCACHE_DIR": str(cache_dir / "ccache"), "CCACHE_NOHASHDIR": "1",
+                    "CCACHE_COMPILERCHECK": "content"})
     else:
         env.update({"SCCACHE_DIR": str(cache_dir / "sccache")})
     defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]

@@ -70,6 +70,7 @@ def map_flags(build_root: Path) -> list[str]:
 WRAPPER = """#!/bin/sh
 # compiler wrapper written by sglforge (build/prefixmap.py): drops RPATHs into the build
 # interpreter's installation (pyenv-style Pythons put them in LDSHARED), appends prefix maps
+# real compiler: {identity}
 for arg do
     shift
     case "$arg" in
@@ -79,6 +80,18 @@ for arg do
 done
 exec {real} "$@" {flags}
 """
+
+
+def _identity(real: str) -> str:
+    """The real compiler's resolved path, size and mtime, written into the wrapper: a compiler
+    cache that checks the wrapper's content (CCACHE_COMPILERCHECK=content; the wrapper is
+    rewritten, with a new mtime, by every build) then still sees an upgraded compiler."""
+    resolved = os.path.realpath(real)
+    try:
+        info = os.stat(resolved)
+    except OSError:
+        return resolved
+    return f"{resolved} size={info.st_size} mtime_ns={info.st_mtime_ns}"
 
 
 def _rpath_patterns() -> str:
@@ -105,7 +118,8 @@ def write_compiler_wrappers(tools_bin: Path, build_root: Path, search_path: str)
             wrapper.unlink(missing_ok=True)
             continue
         wrapper.write_text(WRAPPER.format(rpath_patterns=_rpath_patterns(),
-                                          real=shlex.quote(real), flags=shlex.join(flags)))
+                                          identity=_identity(real), real=shlex.quote(real),
+                                          flags=shlex.join(flags)))
         wrapper.chmod(0o755)
     if (tools_bin / "cc").exists():
         env["CC"] = str(tools_bin / "cc")
