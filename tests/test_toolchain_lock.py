@@ -133,7 +133,8 @@ torch==2.13.0+cu130 --hash=sha256:{H1}
     text = str(error.value)
     assert "line 1: entry before the first" in text
     assert "line 3: packaging has no --hash" in text
-    assert "line 4: not an exact" in text and "unknown section [extras]" in text
+    assert "line 4: 'numpy>=2" in text and "is not an exact" in text
+    assert "unknown section [extras]" in text
 
 
 def test_lock_disagreeing_with_a_pin_is_named(tmp_path):

@@ -43,36 +43,30 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.requirements import (
+    PinnedRequirement,
+    canonical_name,
+    logical_lines,
+    parse_pinned,
+)
+
 SECTIONS = ("build", "torch-deps", "torch")
 DEFAULT_INDEX = "https://pypi.org/simple"
 SECTION_LINE = re.compile(r"^#\s*\[([a-z-]+)\]\s*$")
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
-HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
 class LockError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class LockEntry:
-    name: str  # normalized
-    version: str
-    hashes: tuple[str, ...]
-    line: int
-
-    def requirement(self) -> str:
-        return f"{self.name}=={self.version} " + " ".join(f"--hash=sha256:{h}"
-                                                           for h in self.hashes)
-
-
 @dataclass
 class ToolchainLock:
     path: Path
-    sections: dict[str, list[LockEntry]] = field(default_factory=dict)
+    sections: dict[str, list[PinnedRequirement]] = field(default_factory=dict)
 
-    def get(self, name: str) -> LockEntry | None:
-        key = normalize(name)
+    def get(self, name: str) -> PinnedRequirement | None:
+        key = canonical_name(name)
         for entries in self.sections.values():
             for entry in entries:
                 if entry.name == key:
@@ -80,53 +74,35 @@ class ToolchainLock:
         return None
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def parse_lock(path: Path) -> ToolchainLock:
-    """Parse the lock; every entry needs an exact version and at least one sha256."""
+    """Parse the lock; every entry needs an exact version and at least one sha256. The
+    entries of each section are read by the one parser of hash-pinned requirement files
+    (base/requirements.py), line numbers kept."""
     lock = ToolchainLock(path)
-    section = None
-    problems = []
-    logical: list[tuple[int, str]] = []
-    pending, start = "", 0
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    problems: list[str] = []
+    section_of: list[str | None] = []
+    section: str | None = None
+    for number, raw in enumerate(lines, 1):
         match = SECTION_LINE.match(raw.strip())
-        if match and not pending:
-            logical.append((number, raw.strip()))
-            continue
-        text = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if not pending:
-            start = number
-        if text.endswith("\\"):
-            pending += text[:-1] + " "
-            continue
-        pending += text
-        if pending.strip():
-            logical.append((start, pending.strip()))
-        pending = ""
-    for number, text in logical:
-        match = SECTION_LINE.match(text)
         if match:
             section = match.group(1)
             if section not in SECTIONS:
                 problems.append(f"line {number}: unknown section [{section}] "
                                 f"(expected one of {', '.join(SECTIONS)})")
             lock.sections.setdefault(section, [])
+        section_of.append(section)
+    for name in dict.fromkeys(section_of):
+        text = "\n".join(raw if of == name else "" for raw, of in zip(lines, section_of))
+        pins, found = parse_pinned(text)
+        if name is None:
+            problems += [f"line {number}: entry before the first '# [section]' line"
+                         for number, _ in logical_lines(text)]
             continue
-        entry = ENTRY.match(text)
-        hashes = tuple(HASH.findall(text))
-        if section is None:
-            problems.append(f"line {number}: entry before the first '# [section]' line")
-        elif entry is None:
-            problems.append(f"line {number}: not an exact `name==version` entry: {text[:60]!r}")
-        elif not hashes:
-            problems.append(f"line {number}: {entry.group(1)} has no --hash=sha256:...")
-        else:
-            lock.sections[section].append(LockEntry(normalize(entry.group(1)), entry.group(2),
-                                                    hashes, number))
+        problems += found
+        lock.sections[name] = pins
     if problems:
+        problems.sort(key=lambda p: int(p.split(":", 1)[0].split()[1]))
         raise LockError(f"{path}:\n" + "\n".join(f"  {p}" for p in problems))
     return lock
 
@@ -147,7 +123,7 @@ def check_against_pins(lock: ToolchainLock, pins: dict[str, str]) -> list[str]:
         entry = lock.get(name)
         if entry is None:
             problems.append(f"{name}=={version}: not in {lock.path.name}")
-        elif normalize(name) == "torch" and entry.version == public(version):
+        elif canonical_name(name) == "torch" and entry.version == public(version):
             continue
         elif entry.version != version:
             problems.append(f"{name}: toolchain.toml pins {version}, {lock.path.name} "
@@ -188,7 +164,7 @@ def install_plan(lock: ToolchainLock, with_torch: bool, index: str | None,
             continue
         url = index_for(section, index, torch_index)
         options = ["--require-hashes", "--no-deps", "--only-binary", ":all:", *index_args(url)]
-        plan.append((section, options, [e.requirement() for e in entries]))
+        plan.append((section, options, [e.render() for e in entries]))
     return plan
 
 
@@ -249,7 +225,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
         match = ENTRY.match(raw)
         if match is None:
             raise LockError(f"not an exact `name==version` entry: {raw[:60]!r}")
-        blocks.append((normalize(match.group(1)), raw.rstrip()))
+        blocks.append((canonical_name(match.group(1)), raw.rstrip()))
     return blocks
 
 

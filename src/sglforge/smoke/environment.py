@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.requirements import canonical_name
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 
 # Every distribution the PD smoke's processes load, in the order the report lists them.
@@ -121,8 +122,8 @@ class EnvStack:
     nixl_plugins: tuple[str, ...] = ()  # libplugin_*.so found beside the NIXL package
 
     def get(self, name: str) -> InstalledPackage | None:
-        wanted = _normalize(name)
-        return next((p for p in self.packages if _normalize(p.name) == wanted), None)
+        wanted = canonical_name(name)
+        return next((p for p in self.packages if canonical_name(p.name) == wanted), None)
 
     def built_by_sglforge(self) -> tuple[InstalledPackage, ...]:
         return tuple(p for p in self.packages if p.provenance is not None)
@@ -137,12 +138,6 @@ class EnvStack:
                 "built_by_sglforge": [p.name for p in self.built_by_sglforge()],
                 "not_built_by_sglforge": [p.name for p in self.packages
                                           if p.provenance is None]}
-
-
-def _normalize(name: str) -> str:
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def probe_environment(python: Path, extra: tuple[str, ...] = ()) -> EnvStack:

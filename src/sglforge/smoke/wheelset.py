@@ -16,7 +16,7 @@ from typing import Any
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import sha256_file
-from sglforge.base.requirements import canonical_name, parse_pinned
+from sglforge.base.requirements import PinnedRequirement, canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance, read_json
 
@@ -31,22 +31,14 @@ class Wheel:
 
 
 @dataclass(frozen=True)
-class LockEntry:
-    name: str  # normalized
-    version: str
-    hashes: tuple[str, ...]
-    line: int
-
-
-@dataclass(frozen=True)
 class WheelSet:
     wheels: tuple[Wheel, ...]  # ours, built by sglforge
-    lock: tuple[LockEntry, ...]  # ours + third-party pins
+    lock: tuple[PinnedRequirement, ...]  # ours + third-party pins
     lock_path: Path
     wheels_dir: Path
 
     @property
-    def third_party(self) -> tuple[LockEntry, ...]:
+    def third_party(self) -> tuple[PinnedRequirement, ...]:
         ours = {w.name for w in self.wheels}
         return tuple(e for e in self.lock if e.name not in ours)
 
@@ -68,7 +60,7 @@ class WheelSet:
                 for w in self.wheels}
 
 
-def parse_lock(path: Path) -> tuple[LockEntry, ...]:
+def parse_lock(path: Path) -> tuple[PinnedRequirement, ...]:
     """Parse a hash-pinned requirements file (`name==version --hash=sha256:...`, `\\` joins)."""
     if not path.exists():
         raise SglforgeError(f"{path}: file not found",
@@ -77,7 +69,7 @@ def parse_lock(path: Path) -> tuple[LockEntry, ...]:
     pins, problems = parse_pinned(text)
     if problems:
         raise ConfigErrors(path, problems)
-    return tuple(LockEntry(p.name, p.version, p.hashes, p.line) for p in pins)
+    return tuple(pins)
 
 
 def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
