@@ -170,7 +170,9 @@ def _require_toolchain_python(session: nox.Session) -> str:
     return python
 
 
-OPTIONS_WITH_VALUE = {"--jobs", "--mem-per-job", "--wheelhouse", "--compiler-cache", "--out"}
+OPTIONS_WITH_VALUE = {"--jobs", "--mem-per-job", "--wheelhouse", "--compiler-cache", "--out",
+                      # global options, accepted after the verb too
+                      "--project", "--config", "--cache-dir", "--build-root", "--mirror"}
 
 
 def _recipe_names(args: list[str]) -> list[str]:
@@ -207,7 +209,15 @@ def _bootstrap(session: nox.Session) -> str:
     off, torch only when a selected recipe needs it), with pip's progress bars. Returns the
     venv's python."""
     python = _require_toolchain_python(session)
-    upstreams, torch = _selection(_recipe_names(list(session.posargs)))
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from sglforge.base.errors import SglforgeError
+    from sglforge.build import toolchain_lock
+
+    try:  # bad input is a message, not a traceback from nox
+        upstreams, torch = _selection(_recipe_names(list(session.posargs)))
+        lock = toolchain_lock.parse_lock(Path(ROOT, "lockfiles", "toolchain.lock"))
+    except (SglforgeError, toolchain_lock.LockError) as exc:
+        session.error(str(exc))
     session.log(f"fetching and checking sources first: {', '.join(upstreams)}")
     session.run(sys.executable, "-m", "sglforge", "fetch", *upstreams, env=SRC_ENV,
                 external=True)
@@ -215,12 +225,9 @@ def _bootstrap(session: nox.Session) -> str:
     venv_python = os.path.join(venv, "bin", "python")
     if not _probe_python(venv_python, _toolchain_python()):
         session.run(python, "-m", "venv", "--clear", venv, external=True)
-    sys.path.insert(0, os.path.join(ROOT, "src"))
-    from sglforge.build import toolchain_lock
     from sglforge.inputs.toolchain import load_toolchain
 
     toolchain = load_toolchain(Path(ROOT, "lockfiles", "toolchain.toml"))
-    lock = toolchain_lock.parse_lock(Path(ROOT, "lockfiles", "toolchain.lock"))
     pins = dict(toolchain.build_requires, **({"torch": toolchain.torch} if torch else {}))
     problems = toolchain_lock.check_against_pins(lock, pins)
     if problems:

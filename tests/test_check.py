@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -428,3 +429,25 @@ def test_meta_package_alias_resolves_names_in_its_backend(stack: Stack) -> None:
         '[[alias]]\nmodule = "nixl"\nprovider = "nixl_cu13"\nreason = "meta package"\n')
     assert [e for e in errors(run_check(stack.project, CheckOptions()))
             if e.startswith("api")] == []
+
+
+def test_torch_variant_in_the_toolchain_matches_the_public_pin_in_provenance(
+        stack: Stack) -> None:
+    """toolchain.toml pins 2.13.0+cu130; wheels require (and record) torch==2.13.0."""
+    toolchain = stack.root / "lockfiles" / "toolchain.toml"
+    toolchain.write_text(toolchain.read_text().replace('torch = "2.13.0"',
+                                                       'torch = "2.13.0+cu130"'))
+    assert [e for e in errors(stack.check()) if e.startswith("abi")] == []
+    toolchain.write_text(toolchain.read_text().replace('"2.13.0+cu130"', '"2.12.0+cu130"'))
+    assert any("built against torch 2.13.0, serving torch is 2.12.0+cu130" in e
+               for e in errors(stack.check()))
+
+
+@pytest.mark.parametrize("value", ["3", "3.x", "py3.12", "3.12.1"])
+def test_check_python_must_be_major_minor(stack: Stack, value: str) -> None:
+    stack.write()
+    proc = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(stack.root),
+                           "check", "--python", value], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"expected MAJOR.MINOR like 3.12, got '{value}'" in proc.stderr

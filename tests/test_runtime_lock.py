@@ -207,3 +207,11 @@ def test_input_staleness_against_the_wheels(tmp_path: Path) -> None:
     newer = [_meta("sglang", "aiohttp", "numpy>=2.1")]
     reason = runtime.runtime_input_is_stale(source, newer, OURS, "3.12", "2.13.0")
     assert "new: numpy>=2.1; gone: numpy>=2" in reason
+
+
+def test_explicit_uv_that_does_not_exist_is_a_clear_error(tmp_path) -> None:  # noqa: ANN001
+    from sglforge.base.errors import SglforgeError
+    from sglforge.wheel.runtime import find_uv
+
+    with pytest.raises(SglforgeError, match="is not an executable file or a command on PATH"):
+        find_uv(str(tmp_path / "no-such-uv"))

@@ -26,11 +26,10 @@ from pathlib import Path
 from sglforge.base.buildroot import BuildRoot
 from sglforge.build import prefixmap
 
-PREFIX_TARGET = "/sglforge-build"
 CLOSED_PROXY = "http://127.0.0.1:9"
 
 NVCC_WRAPPER = '''#!{python}
-"""nvcc wrapper written by sglforge (hermetic.py): stable seeds and temp names per file."""
+"""nvcc wrapper written by sglforge (build/environment.py): stable seeds and temp names per file."""
 import hashlib, os, sys
 
 real = os.environ["SGLFORGE_REAL_NVCC"]

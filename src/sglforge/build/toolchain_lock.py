@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.errors import SglforgeError
 from sglforge.base.requirements import (
     PinnedRequirement,
     canonical_name,
@@ -289,11 +290,17 @@ def assemble(build_text: str, torch_text: str, variant_text: str | None, toolcha
 
 
 def main(argv: list[str] | None = None) -> None:
-    import tomllib
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    except (LockError, OSError, SglforgeError) as exc:  # maintenance: a message, no traceback
+        sys.exit(f"error: {exc}")
 
-    args = sys.argv[1:] if argv is None else argv
+
+def _main(args: list[str]) -> None:
+    from sglforge.base.tomlfile import load_toml
+
     root = Path(__file__).resolve().parents[3]
-    data = tomllib.loads((root / "lockfiles" / "toolchain.toml").read_text(encoding="utf-8"))
+    data, _ = load_toml(root / "lockfiles" / "toolchain.toml")
     if args[:1] == ["constraints"] and len(args) == 2:
         sys.stdout.write(constraints(Path(args[1]).read_text(encoding="utf-8")))
         return

@@ -45,7 +45,9 @@ def check_abi(stack: Stack, target: Target, findings: Findings) -> None:
                                      f"{target.torch}")
         prov = wheel.provenance
         bound = prov.requires_torch if prov else None
-        if bound and target.torch and Version(bound) != Version(target.torch):
+        # Provenance records the public version the wheel requires (torch==2.13.0); the
+        # toolchain pins the variant too (2.13.0+cu130): compare what both say.
+        if bound and target.torch and Version(bound).public != Version(target.torch).public:
             findings.error(PART, f"{wheel.label}: built against torch {bound}, serving torch "
                                  f"is {target.torch}")
         built_python = str((prov.toolchain.get("python") if prov else None) or "")

@@ -90,7 +90,8 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: A
     if built:
         metadata = [runtime.read_metadata(w.file) for w in built]
         drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
-                                               target.python, target.torch)
+                                               target.python, target.torch and
+                                               target.torch.split("+", 1)[0])
         if drift:
             findings.hint("resolution", drift)
 

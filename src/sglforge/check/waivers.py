@@ -57,10 +57,6 @@ class ApiPolicy:
 TABLES = ("waiver", "alias")
 
 
-def load_waivers(path: Path) -> list[Waiver]:
-    return list(load_policy(path).waivers)
-
-
 def load_policy(path: Path) -> ApiPolicy:
     """Both tables of the file; every problem of both reported together."""
     if not path.is_file():

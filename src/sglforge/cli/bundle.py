@@ -75,7 +75,7 @@ def run_lock_runtime(args: argparse.Namespace, ctx) -> int:
         if missing:
             note += f"\nno metadata for: {', '.join(missing)} (their requirements are absent)"
         requirements = runtime.derive_requirements(metadata, ours, toolchain.python,
-                                                   toolchain.torch)
+                                                   toolchain.torch_public)
         current = read_input_text(input_path) if input_path.exists() else ""
         atomic_write_text(input_path, runtime.render_input(current, metadata, requirements,
                                                            toolchain.python, note))

@@ -16,15 +16,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="third-party pins (default: lockfiles/runtime.lock)")
     p.add_argument("--waivers", type=Path, default=None, metavar="FILE",
                    help="API waivers (default: lockfiles/api-waivers.toml)")
-    p.add_argument("--python", default=None, metavar="X.Y",
+    p.add_argument("--python", default=None, metavar="X.Y", type=_major_minor,
                    help="serving Python (default: python in lockfiles/toolchain.toml)")
     p.add_argument("--torch", default=None, metavar="VERSION",
                    help="serving torch (default: torch in lockfiles/toolchain.toml)")
     p.set_defaults(func=run_check_verb)
 
 
+def _major_minor(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", value):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR like 3.12, got {value!r}")
+    return value
+
+
 def check_or_fail(project, **options) -> int:
-    """Run the check, print the report; 0 when the stack fits, else 1. Used by build/smoke."""
+    """Run the check, print the report; 0 when the stack fits, else 1 (`check`, `build`)."""
     from sglforge.check.run import CheckOptions, render, run_check
 
     result = run_check(project, CheckOptions(**options))

@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fetch", help="fetch pinned sources into the cache and export them")
     p.add_argument("names", nargs="*", default=[], metavar="UPSTREAM",
                    help="upstreams (default: all)")
-    p.add_argument("--offline", action="store_true", help="use only the cache; list what is missing")
+    p.add_argument("--offline", action="store_true",
+                   help="use only the cache; list what is missing")
     p.add_argument("--bundle", type=Path, metavar="FILE",
                    help="after fetching, write the cache for the pinned set to FILE")
     p.add_argument("--from-bundle", type=Path, metavar="FILE",

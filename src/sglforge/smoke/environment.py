@@ -35,7 +35,6 @@ STACK_PACKAGES = (
 # the profile needs GPUs; the stand-in profiles do not).
 REQUIRED_FOR_GPU = ("sglang", "torch")
 # Distributions of the NIXL Python package (the module name differs per CUDA major).
-NIXL_DISTS = ("nixl-cu13", "nixl-cu12", "nixl")
 ORIGIN_SGLFORGE = "sglforge"
 ORIGIN_OTHER = "not built by sglforge"
 

@@ -5,12 +5,8 @@ with teardown on every exit path (pass, failure, deadline, Ctrl-C, SIGTERM).
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
@@ -19,7 +15,11 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.findings import blocking
 from sglforge.base.fs import atomic_write_text, remove_tree
 from sglforge.base.logs import log_tail
-from sglforge.base.procgroup import Terminated  # SIGTERM to the smoke itself: like Ctrl-C
+from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: like Ctrl-C
+    Terminated,
+    interrupt_exit,
+    signals_as_exceptions,
+)
 from sglforge.base.steps import StepRecord, Steps
 from sglforge.smoke import doctor
 from sglforge.smoke.checks import CheckContext, run_check
@@ -39,7 +39,7 @@ from sglforge.smoke.readiness import NotReady, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
 from sglforge.smoke.wheelset import WheelSet, load_wheelset
 
-EXIT_PASS, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
+EXIT_PASS, EXIT_FAIL = 0, 1  # interrupted: 128 + the signal (base.procgroup.interrupt_exit)
 
 
 @dataclass(frozen=True)
@@ -133,22 +133,6 @@ def _shell(env: dict[str, str], argv: tuple[str, ...]) -> str:
     return (prefix + " " if prefix else "") + shlex.join(argv)
 
 
-@contextmanager
-def _sigterm_as_exception() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class _Stages(Steps):
     """The smoke's steps: each one goes into the report and is printed as one line."""
 
@@ -180,7 +164,7 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     processes = ProcessSet(grace=profile.timeouts.teardown)
     code = EXIT_FAIL
     try:
-        with _sigterm_as_exception():
+        with signals_as_exceptions():
             try:
                 code = _pipeline(opts, report, steps, processes)
             finally:
@@ -197,12 +181,10 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
                         _safe_print(f"error: processes survived teardown: {result.survivors}",
                                     err)
     except (KeyboardInterrupt, Terminated) as exc:
-        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        code, name = interrupt_exit(exc)  # the shell convention 128 + signal number
         report.result = "interrupted"
         report.failure = Failure("interrupted", f"interrupted by {name}; all process groups "
                                  "were torn down")
-        # The shell convention 128 + signal number.
-        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except SmokeFailed as exc:
         report.failure = exc.failure
         code = EXIT_FAIL

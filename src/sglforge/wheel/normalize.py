@@ -176,12 +176,6 @@ def _wheel_file(members: dict[str, bytes], dist_info: str) -> str:
     return path
 
 
-def wheel_tags(members: dict[str, bytes], dist_info: str) -> tuple[list[str], str | None]:
-    """The WHEEL file's Tag values and Root-Is-Purelib."""
-    message = parse_headers(members[_wheel_file(members, dist_info)])
-    return list(message.get_all("Tag") or []), message["Root-Is-Purelib"]
-
-
 def platform_tag(members: dict[str, bytes], dist_info: str) -> list[str] | None:
     """A wheel holding an ELF is platform-specific: `Root-Is-Purelib: false` and every `-any`
     tag becomes `-linux_<machine>` (tags that already name a platform are kept). Edits WHEEL

@@ -239,7 +239,11 @@ def find_uv(explicit: str | None = None) -> str:
         raise SglforgeError("uv not found (the resolver runtime.lock is generated with)",
                             hint=f"`nox -s lock-runtime` installs it; or `pip install "
                                  f"uv=={UV_VERSION}`, or pass --uv PATH")
-    return uv
+    found = shutil.which(uv)  # a path or a name on PATH; must be runnable
+    if found is None:
+        raise SglforgeError(f"uv: {uv!r} is not an executable file or a command on PATH",
+                            hint="pass --uv PATH to a uv binary, or put uv on PATH")
+    return found
 
 
 def compile_lock(uv: str, input_path: Path, lock_path: Path, python: str, ours: set[str],
