@@ -25,13 +25,9 @@ class Target:
 
     def marker_environment(self, extra: str = "") -> dict[str, str]:
         """PEP 508 marker variables of the serving interpreter (CPython on Linux)."""
-        full = f"{self.python}.0"
-        return {"python_version": self.python, "python_full_version": full,
-                "implementation_name": "cpython", "implementation_version": full,
-                "platform_python_implementation": "CPython", "os_name": "posix",
-                "sys_platform": "linux", "platform_system": "Linux",
-                "platform_machine": self.machine, "platform_release": "",
-                "platform_version": "", "extra": extra}
+        from sglforge.wheel.runtime import marker_environment
+
+        return {**marker_environment(self.python, self.machine), "extra": extra}
 
     def supported_tags(self) -> frozenset[str]:
         """Wheel tags pip would accept on the serving interpreter."""

@@ -118,6 +118,10 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
               f"(rebuilt wheels in {out})")
         return 1
     print(f"verify: all {len(results)} wheel(s) rebuilt bit-identical")
+    if args.out is None:  # nothing to look at: drop the temporary rebuilds
+        from sglforge.base.fs import remove_tree
+
+        remove_tree(out)
     return 0
 
 

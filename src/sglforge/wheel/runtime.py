@@ -45,12 +45,13 @@ _INPUT_DIGEST = re.compile(r"^# input-sha256: (?P<hex>[0-9a-f]{64})$", re.MULTIL
 _PYTHON = re.compile(r"^# python: (?P<version>[0-9.]+)$", re.MULTILINE)
 
 
-def marker_environment(python: str) -> dict[str, str]:
-    """PEP 508 marker variables of a serving host: CPython `python` on Linux x86_64."""
+def marker_environment(python: str, machine: str = "x86_64") -> dict[str, str]:
+    """PEP 508 marker variables of a serving host: CPython `python` on Linux `machine` (the
+    one definition; the stack check's Target uses it too)."""
     return {"python_version": python, "python_full_version": f"{python}.0",
             "implementation_name": "cpython", "implementation_version": f"{python}.0",
             "platform_python_implementation": "CPython", "os_name": "posix",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": machine,
             "platform_release": "", "platform_version": ""}
 
 
