@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from sglforge.base.errors import SglforgeError
 
@@ -22,13 +23,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory + rename."""
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` only when the block ends without an exception
+    (temporary file in the same directory, fsync, mode 644, rename); else it is removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
@@ -37,6 +40,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same directory + rename."""
+    with atomic_output(path) as handle:
+        handle.write(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

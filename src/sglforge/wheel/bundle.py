@@ -17,7 +17,6 @@ timestamp) and written through a temporary file + rename.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
 import hashlib
@@ -25,12 +24,11 @@ import io
 import json
 import os
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
-from sglforge.base.fs import sha256_file
+from sglforge.base.fs import atomic_output, sha256_file
 from sglforge.base.requirements import PinnedRequirement, canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
 
@@ -226,45 +224,33 @@ def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> 
 
 def write_archive(target: Path, top: str, files: dict[str, Path | bytes], zstd: bool) -> None:
     """Members sorted, fixed metadata; written to a temporary file, then renamed to `target`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if zstd:
-                try:
-                    import zstandard
-                except ImportError:
-                    raise SglforgeError("--zstd needs the zstandard package",
-                                        hint="pip install zstandard, or leave --zstd off "
-                                             "(.tar.gz)") from None
-                stream = zstandard.ZstdCompressor(level=10).stream_writer(raw, closefd=False)
-            else:
-                stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                                       compresslevel=6)
-            with stream, tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) \
-                    as tar:
-                members: dict[str, Path | bytes | None] = {
-                    str(Path(top, n).parent): None for n in files}  # directories
-                members.update({f"{top}/{n}": content for n, content in files.items()})
-                for name in sorted(members):
-                    content = members[name]
-                    mode = 0o755 if name.endswith(".sh") else 0o644
-                    if content is None:
-                        tar.addfile(_tarinfo(name, 0, 0o755, tarfile.DIRTYPE))
-                    elif isinstance(content, bytes):
-                        tar.addfile(_tarinfo(name, len(content), mode), io.BytesIO(content))
-                    else:
-                        with open(content, "rb") as handle:
-                            size = os.fstat(handle.fileno()).st_size
-                            tar.addfile(_tarinfo(name, size, mode), handle)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_output(target) as raw:
+        if zstd:
+            try:
+                import zstandard
+            except ImportError:
+                raise SglforgeError("--zstd needs the zstandard package",
+                                    hint="pip install zstandard, or leave --zstd off "
+                                         "(.tar.gz)") from None
+            stream = zstandard.ZstdCompressor(level=10).stream_writer(raw, closefd=False)
+        else:
+            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                                   compresslevel=6)
+        with stream, tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            members: dict[str, Path | bytes | None] = {
+                str(Path(top, n).parent): None for n in files}  # directories
+            members.update({f"{top}/{n}": content for n, content in files.items()})
+            for name in sorted(members):
+                content = members[name]
+                mode = 0o755 if name.endswith(".sh") else 0o644
+                if content is None:
+                    tar.addfile(_tarinfo(name, 0, 0o755, tarfile.DIRTYPE))
+                elif isinstance(content, bytes):
+                    tar.addfile(_tarinfo(name, len(content), mode), io.BytesIO(content))
+                else:
+                    with open(content, "rb") as handle:
+                        size = os.fstat(handle.fileno()).st_size
+                        tar.addfile(_tarinfo(name, size, mode), handle)
 
 
 def write_bundle(project, opts: BundleOptions) -> Path:
