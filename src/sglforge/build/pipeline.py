@@ -22,7 +22,6 @@ Interrupted (Ctrl-C, SIGTERM, SIGHUP): the running compile's whole session is te
 from __future__ import annotations
 
 import functools
-import json
 import shlex
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import atomic_write_bytes, exclusive_lock, remove_tree, sha256_file
+from sglforge.base.fs import exclusive_lock, remove_tree, sha256_file
 from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
@@ -42,6 +41,7 @@ from sglforge.base.steps import Steps
 from sglforge.build import environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
+from sglforge.build.wheelcache import WheelCache
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
@@ -250,29 +250,6 @@ class _WheelJob:
     built: Path | None = None  # as the build backend wrote it
     final: Path | None = None  # normalized, stamped
     info: normalize.WheelInfo | None = None
-
-
-def _wheel_cache_dir(settings: Settings, key: str) -> Path:
-    return settings.cache_dir / "wheels" / key[:2] / key
-
-
-def _cache_lookup(settings: Settings, key: BuildKey) -> tuple[Path, dict] | None:
-    entry_dir = _wheel_cache_dir(settings, key.cache_value)
-    entry = entry_dir / "entry.json"
-    if not entry.is_file():
-        return None
-    meta = json.loads(entry.read_text())
-    wheel = entry_dir / meta["file"]
-    if not wheel.is_file() or sha256_file(wheel) != meta["sha256"]:
-        return None  # damaged entry: rebuild (and overwrite it)
-    return wheel, meta
-
-
-def _cache_store(settings: Settings, key: BuildKey, wheel: Path, meta: dict) -> None:
-    entry_dir = _wheel_cache_dir(settings, key.cache_value)
-    atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
-    atomic_write_bytes(entry_dir / "entry.json",
-                       (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
@@ -484,8 +461,8 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     assert final is not None and info is not None
     digest = sha256_file(final)
     if ctx.options.use_wheel_cache:
-        _cache_store(ctx.settings, key, final, {"file": final.name, "sha256": digest,
-                                                "name": info.name, "version": info.version})
+        WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest, info.name,
+                                                 info.version)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
                       read_provenance(final), key.value, cached=False,
                       seconds=time.monotonic() - started)
@@ -524,6 +501,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         staging.mkdir(parents=True)
         keys: dict[str, BuildKey] = {}
         built: dict[str, BuiltWheel] = {}
+        cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
         for name in order:
             recipe = recipes[name]
@@ -531,16 +509,14 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                               {d: keys[d].value for d in recipe.depends})
             keys[name] = key
             started = time.monotonic()
-            hit = _cache_lookup(settings, key) if options.use_wheel_cache else None
+            hit = cache.lookup(key.cache_value) if options.use_wheel_cache else None
             if hit is not None:
-                wheel, meta = hit
-                copy = staging / wheel.name
-                copy.write_bytes(wheel.read_bytes())
-                built[name] = BuiltWheel(name, copy, meta["sha256"], meta["name"],
-                                         meta["version"], read_provenance(copy),
-                                         key.value, cached=True,
+                copy = staging / hit.wheel.name
+                copy.write_bytes(hit.wheel.read_bytes())
+                built[name] = BuiltWheel(name, copy, hit.sha256, hit.name, hit.version,
+                                         read_provenance(copy), key.value, cached=True,
                                          seconds=time.monotonic() - started)
-                print(f"==> {name}: cached (key {key.short}) {wheel.name}", flush=True)
+                print(f"==> {name}: cached (key {key.short}) {hit.wheel.name}", flush=True)
                 continue
             deps = [built[d] for d in recipe.depends]
             built[name] = _build_one(ctx, recipe, series[name], key, deps, staging)

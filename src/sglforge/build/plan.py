@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglforge.base.buildroot import BuildRoot
-from sglforge.inputs.pins import parse_lockfile
+from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.patching.series import Backport, load_series
@@ -66,7 +66,7 @@ def render_plan(project: Project, settings: Settings) -> str:
     return "\n".join(out)
 
 
-def _build_steps(project: Project, lock) -> list[str]:  # noqa: ANN001
+def _build_steps(project: Project, lock: Lockfile) -> list[str]:
     """One line per recipe, in dependency order (nothing when there are no recipes yet)."""
     if not project.recipes_dir.is_dir() or not project.toolchain.exists():
         return []
