@@ -238,7 +238,12 @@ def test_doctor_environment_catches_wrong_arch_torch_and_missing_nixl() -> None:
                for f in _findings(no_sglang, "environment"))
 
 
-def test_probe_output_parses_provenance_and_modules() -> None:
+def test_probe_output_parses_provenance_and_modules(tmp_path: Path) -> None:
+    torch_dir = tmp_path / "torch"
+    torch_dir.mkdir()
+    # as PyPI's torch writes it: annotated assignments
+    (torch_dir / "version.py").write_text("__version__ = '2.11.0+cu130'\n"
+                                          "cuda: Optional[str] = '13.0'\n")
     env = parse_probe({
         "python": "/p", "python_version": "3.12.3", "pythonpath": "/site",
         "packages": {"flashinfer-python": {
@@ -246,11 +251,13 @@ def test_probe_output_parses_provenance_and_modules() -> None:
             "installer": "pip", "provenance": provenance("flashinfer", "0.6.12", []).to_json()},
             "torch": {"version": "2.11.0+cu130", "location": None, "installer": None,
                       "provenance": None}},
-        "modules": {"torch": {"path": "/t", "cuda": "13.0"},
+        "modules": {"torch": {"path": str(torch_dir)},
                     "nixl_cu13": {"path": "/n", "plugins": ["/n/libplugin_UCX.so"]}}})
     assert [p.name for p in env.built_by_sglforge()] == ["flashinfer-python"]
     assert env.torch_cuda == "13.0" and env.nixl_module == "nixl_cu13"
     assert env.versions()["torch"]["origin"] == "not built by sglforge"
+    (torch_dir / "version.py").write_text("__version__ = '2.11.0+cpu'\ncuda = None\n")
+    assert parse_probe({"modules": {"torch": {"path": str(torch_dir)}}}).torch_cuda is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -145,11 +145,21 @@ def installed_torch(path: list[str] | None = None) -> InstalledTorch | None:
     if dist is None:
         return None
     version_file = Path(dist.locate_file("torch/version.py"))
-    values = _literals(version_file) if version_file.is_file() else {}
+    version, cuda = torch_version_file(version_file)
+    return InstalledTorch(dist.version, version_file, version, cuda)
+
+
+def torch_version_file(version_file: Path) -> tuple[str | None, str | None]:
+    """`__version__` and `cuda` of a torch/version.py (None where missing or not a string).
+
+    The one reader of that file: the build's torch check and the smoke's environment probe."""
+    try:
+        values = _literals(version_file) if version_file.is_file() else {}
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        values = {}
     version, cuda = values.get("__version__"), values.get("cuda")
-    return InstalledTorch(dist.version, version_file,
-                          version if isinstance(version, str) else None,
-                          cuda if isinstance(cuda, str) else None)
+    return (version if isinstance(version, str) else None,
+            cuda if isinstance(cuda, str) else None)
 
 
 def torch_problem(want: str, have: InstalledTorch) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.requirements import canonical_name
+from sglforge.inputs.toolchain import torch_version_file
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 
 # Every distribution the PD smoke's processes load, in the order the report lists them.
@@ -39,7 +40,7 @@ ORIGIN_SGLFORGE = "sglforge"
 ORIGIN_OTHER = "not built by sglforge"
 
 _PROBE = r"""
-import glob, importlib.metadata as md, importlib.util, json, os, re, sys
+import glob, importlib.metadata as md, importlib.util, json, os, sys
 names = json.loads(sys.argv[1])
 out = {"python": sys.executable, "python_version": sys.version.split()[0],
        "pythonpath": os.environ.get("PYTHONPATH"), "packages": {}, "modules": {}}
@@ -65,13 +66,6 @@ for module in ("torch", "nixl_cu13", "nixl_cu12", "nixl", "sglang", "sglang_rout
         continue
     where = list(spec.submodule_search_locations)[0]
     info = {"path": where}
-    if module == "torch":
-        try:
-            text = open(os.path.join(where, "version.py")).read()
-            found = re.search(r"^cuda\s*(?::\s*\w+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-            info["cuda"] = found.group(1) if found else None
-        except OSError:
-            info["cuda"] = None
     if module.startswith("nixl"):
         parent = os.path.dirname(where)
         plugins = sorted(set(glob.glob(os.path.join(parent, "*nixl*", "**", "libplugin_*.so*"),
@@ -176,5 +170,13 @@ def parse_probe(data: dict[str, Any]) -> EnvStack:
     return EnvStack(
         python=data.get("python", ""), python_version=data.get("python_version", ""),
         pythonpath=data.get("pythonpath"), packages=tuple(packages),
-        torch_cuda=(modules.get("torch") or {}).get("cuda"), nixl_module=nixl,
+        torch_cuda=_torch_cuda(modules.get("torch")), nixl_module=nixl,
         nixl_plugins=tuple((modules.get(nixl) or {}).get("plugins") or ()) if nixl else ())
+
+
+def _torch_cuda(torch_module: dict[str, Any] | None) -> str | None:
+    """torch.version.cuda of the probed torch, read here (same host) by the build's reader."""
+    where = (torch_module or {}).get("path")
+    if not isinstance(where, str):
+        return None
+    return torch_version_file(Path(where) / "version.py")[1]
