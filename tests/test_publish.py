@@ -349,3 +349,32 @@ def test_nothing_is_left_when_the_index_directory_is_new_and_publish_fails(tmp_p
     assert _publish(root, tmp_path / "index", "--wheelhouse",
                     str(root / "wheelhouse")).returncode == 2
     assert not (tmp_path / "index").exists()
+
+
+def test_one_publish_at_a_time_and_filesystem_errors_are_one_line(tmp_path):
+    root = _stack(tmp_path)
+    dest = tmp_path / "index"
+    with index.LocalTarget(dest).locked():  # another publisher holds the index
+        busy = _publish(root, dest, "--wheelhouse", str(root / "wheelhouse"))
+    assert busy.returncode == 2
+    assert busy.stderr == (f"error: {dest}: another publish into this index is running; "
+                           "try again when it is done\n")
+    assert list(dest.iterdir()) == []
+    a_file = tmp_path / "not-a-directory"
+    a_file.write_text("x")
+    result = _publish(root, a_file, "--wheelhouse", str(root / "wheelhouse"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr == f"error: {a_file}: not a directory (DEST is the index directory)\n"
+    (tmp_path / "index" / "files" / "tinydep-1.0-py3-none-any.whl").mkdir(parents=True)
+    result = _publish(root, dest, "--wheelhouse", str(root / "wheelhouse"))
+    assert result.returncode == 2
+    assert result.stderr == f"error: {dest}/files/tinydep-1.0-py3-none-any.whl: Is a directory\n"
+
+
+def test_a_file_that_changes_while_it_is_copied_is_not_written(tmp_path):
+    target = index.LocalTarget(tmp_path / "index")
+    source = tmp_path / "w.whl"
+    source.write_bytes(b"new bytes")
+    with pytest.raises(SglforgeError, match="w.whl: sha256 is .* expected 0{64}"):
+        target.write_file("files/w.whl", source, sha256="0" * 64)
+    assert [p.name for p in (tmp_path / "index" / "files").iterdir()] == []

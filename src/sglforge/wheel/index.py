@@ -24,6 +24,11 @@ wheelhouses): a file name must be a valid wheel name of `[A-Za-z0-9._+!-]` only,
 must name the same project and version, and everything that reaches HTML is escaped (hrefs
 percent-quoted too).
 
+What `publish` lists (`stack_files`): our wheels, checked against wheels/manifest.json and the
+lock, and by default the runtime wheels, the `--wheelhouse` files whose sha256 a third-party
+pin of the lock allows (bundle's rule), so one index serves all of `lockfiles/wheels.lock`;
+`--ours-only` leaves those out. One publish at a time per directory (`LocalTarget.locked`).
+
 The writer works through a `Target` (`exists`, `read`, `write_file`): `LocalTarget` is a
 directory; `open_target` is where an `http(s)://` DEST gets its remote target (the WebDAV/HTTP
 client of `base/remotestore.py`).
@@ -85,11 +90,23 @@ class LocalTarget:
         return self.root.joinpath(*parts)
 
     @contextlib.contextmanager
+    def _os_errors(self, path: Path) -> Iterator[None]:
+        """An OSError (permissions, a directory where a file goes, a full disk) is one line
+        naming the path, not a traceback."""
+        try:
+            yield
+        except OSError as exc:
+            raise SglforgeError(f"{path}: {exc.strerror or exc}") from None
+
+    @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold an exclusive lock on the index directory itself (flock; no file is left in
         what is served): a second publisher into it is refused instead of racing on pages."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        if self.root.exists() and not self.root.is_dir():
+            raise SglforgeError(f"{self.root}: not a directory (DEST is the index directory)")
+        with self._os_errors(self.root):
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -104,13 +121,15 @@ class LocalTarget:
         return self._path(relpath).is_file()
 
     def read(self, relpath: str) -> bytes:
-        return self._path(relpath).read_bytes()
+        path = self._path(relpath)
+        with self._os_errors(path):
+            return path.read_bytes()
 
     def write_file(self, relpath: str, content: bytes | Path,
                    sha256: str | None = None) -> None:
         path = self._path(relpath)
         digest = hashlib.sha256()
-        with atomic_output(path) as out:
+        with self._os_errors(path), atomic_output(path) as out:
             if isinstance(content, bytes):
                 digest.update(content)
                 out.write(content)
