@@ -35,7 +35,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _stack(base: Path, *, sglang: str = SGLANG, tinydep_requires: tuple[str, ...] = ()) -> Path:
+def _stack(base: Path, *, sglang: str = SGLANG, tinydep_requires: tuple[str, ...] = (),
+           tinydep_python: str = ">=3.8, <4") -> Path:
     """A project whose wheels/, manifest.json and lockfiles/wheels.lock are written by
     `outputs.publish`, the code `sglforge build` ends with; tinydep is a runtime.lock pin."""
     root = base / "project"
@@ -51,7 +52,7 @@ def _stack(base: Path, *, sglang: str = SGLANG, tinydep_requires: tuple[str, ...
                                 version=version, provenance=stamp, key="0" * 64, cached=False,
                                 seconds=0.0))
     tiny = make_wheel(root / "wheelhouse", "tinydep", "1.0", None,
-                      requires=list(tinydep_requires), requires_python=">=3.8, <4")
+                      requires=list(tinydep_requires), requires_python=tinydep_python)
     (root / "lockfiles" / "runtime.lock").write_text(
         f"tinydep==1.0 --hash=sha256:{_sha256(tiny)}\n")
     outputs.publish(Project(root), built, load_toolchain(REPO / "lockfiles" / "toolchain.toml"))
@@ -183,6 +184,19 @@ def test_pip_refuses_a_tampered_file_and_a_lock_with_a_wrong_hash(tmp_path, serv
     assert run.returncode != 0
     assert HASH_MISMATCH in run.stderr and f"sglang=={SGLANG}" in run.stderr
     assert _installed(venv / "bin" / "python", "sglang", "tinydep") == ["-", "-"]
+
+
+def test_pip_reads_data_requires_python_from_the_pages(tmp_path, served):
+    root = _stack(tmp_path, tinydep_python="<3")
+    directory, url = served
+    _published(root, directory / "py2only")
+    assert 'data-requires-python="&lt;3"' in (
+        directory / "py2only" / "simple" / "tinydep" / "index.html").read_text()
+    run = _pip_install(_bare_venv(tmp_path / "venv"), f"{url}/py2only/simple",
+                       root / "lockfiles" / "wheels.lock")
+    assert run.returncode != 0
+    assert "Ignored the following versions that require a different python version: " \
+           "1.0 Requires-Python <3" in run.stderr
 
 
 def test_republishing_the_same_bytes_changes_nothing_and_output_is_deterministic(tmp_path):
