@@ -305,3 +305,12 @@ def bundle(session: nox.Session) -> None:
     dist/<name>-<stack-version>.tar.gz: wheels/ + the runtime wheels of -- --wheelhouse DIR,
     requirements.lock, SHA256SUMS, sglforge-stack.json, install.sh."""
     _sglforge(session, "bundle")
+
+
+@nox.session(python=False)
+def publish(session: nox.Session) -> None:
+    """Add the wheels to a static PEP 503 index for serving hosts.
+
+    -- DEST [--wheelhouse DIR] [--ours-only]: DEST/simple/ + DEST/files/ for wheels/ and the
+    runtime wheels of --wheelhouse (append-only; same bytes again change nothing)."""
+    _sglforge(session, "publish")

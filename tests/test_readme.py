@@ -80,6 +80,13 @@ NOT_RUN: dict[str, str] = {
         "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
     "'sglforge-stack-<version>/install.sh' venv/bin/python":
         "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "nox -s publish -- /srv/sglforge-index --wheelhouse WHEELHOUSE/":
+        "needs built wheels; tests/test_publish.py publishes fixture stacks",
+    "python3 -m http.server --bind 10.0.0.5 8080 --directory /srv/sglforge-index":
+        "serves an index; tests/test_publish.py serves one on 127.0.0.1",
+    "pip install --require-hashes --only-binary :all: --index-url http://10.0.0.5:8080/simple "
+    "--trusted-host 10.0.0.5 -r lockfiles/wheels.lock":
+        "serving-host install; tests/test_publish.py installs from the served index",
 }
 
 

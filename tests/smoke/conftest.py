@@ -33,7 +33,7 @@ def _record_hash(data: bytes) -> str:
 
 
 def make_wheel(directory: Path, name: str, version: str, provenance: Provenance | None,
-               requires: list[str] = ()) -> Path:
+               requires: list[str] = (), requires_python: str | None = None) -> Path:
     """A minimal, valid, pure-Python wheel (RECORD with hashes) pip will install."""
     module = name.replace("-", "_")
     dist_info = f"{module}-{version}.dist-info"
@@ -41,6 +41,7 @@ def make_wheel(directory: Path, name: str, version: str, provenance: Provenance 
         f"{module}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{dist_info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + (f"Requires-Python: {requires_python}\n" if requires_python else "")
             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sglforge-tests\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n",

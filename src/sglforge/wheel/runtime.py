@@ -57,12 +57,14 @@ def marker_environment(python: str, machine: str = "x86_64") -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Metadata:
-    """One wheel's core metadata: where it came from, its name, its Requires-Dist."""
+    """One wheel's core metadata: where it came from, its name, its Requires-Dist (and its
+    Requires-Python, which `publish` copies into the index as `data-requires-python`)."""
 
     source: str  # a line for the input's header: file name and sha256
     name: str  # canonical
     version: str
     requires: tuple[str, ...]
+    requires_python: str | None = None  # as written in METADATA, whitespace collapsed
 
 
 def read_metadata(path: Path) -> Metadata:
@@ -86,7 +88,8 @@ def read_metadata(path: Path) -> Metadata:
     return Metadata(source=f"{path.name} sha256={sha256_file(path)}",
                     name=canonical_name(message["Name"].strip()),
                     version=message["Version"].strip(),
-                    requires=tuple(r.strip() for r in message.get_all("Requires-Dist") or ()))
+                    requires=tuple(r.strip() for r in message.get_all("Requires-Dist") or ()),
+                    requires_python=" ".join((message["Requires-Python"] or "").split()) or None)
 
 
 def derive_requirements(metadata: list[Metadata], ours: set[str], python: str,
