@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import zipfile
 from dataclasses import dataclass
-from email.parser import BytesParser
-from email.policy import compat32
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -20,6 +18,7 @@ from sglforge.base.tomlfile import read_input_text
 from sglforge.wheel.outputs import MANIFEST, load_manifest
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 from sglforge.wheel.provenance import read as read_provenance
+from sglforge.wheel.runtime import metadata_headers
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,9 @@ def read_wheel(path: Path, recipe: str | None = None) -> StackWheel:
     try:
         with zipfile.ZipFile(path) as archive:
             members = tuple(archive.namelist())
-            metadata = [m for m in members
-                        if m.count("/") == 1 and m.endswith(".dist-info/METADATA")]
-            if len(metadata) != 1:
-                raise SglforgeError(f"{path.name}: expected one <dist-info>/METADATA, "
-                                    f"found {len(metadata)}")
-            headers = BytesParser(policy=compat32).parsebytes(archive.read(metadata[0]))
     except (zipfile.BadZipFile, OSError) as exc:
         raise SglforgeError(f"{path}: not a readable wheel: {exc}") from None
+    headers = metadata_headers(path)
     built_by_us = any(m.count("/") == 1 and m.endswith(f".dist-info/{PROVENANCE_FILE}")
                       for m in members)
     provenance = read_provenance(path) if built_by_us else None

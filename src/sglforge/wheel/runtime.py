@@ -18,6 +18,7 @@ now: `nox -s check` calls it.
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import email.policy
 import hashlib
@@ -67,8 +68,9 @@ class Metadata:
     requires_python: str | None = None  # as written in METADATA, whitespace collapsed
 
 
-def read_metadata(path: Path) -> Metadata:
-    """The METADATA of a wheel (`*.whl`) or a METADATA file extracted from one."""
+def metadata_headers(path: Path) -> email.message.Message:
+    """The METADATA of a wheel (`*.whl`) or a METADATA file extracted from one, as email
+    headers (compat32): the one reader of wheel metadata (publish, lock-runtime, check)."""
     try:
         if path.suffix == ".whl":
             with zipfile.ZipFile(path) as archive:
@@ -85,6 +87,12 @@ def read_metadata(path: Path) -> Metadata:
     message = email.parser.Parser(policy=email.policy.compat32).parsestr(text)
     if not message["Name"] or not message["Version"]:
         raise SglforgeError(f"{path}: METADATA lacks Name or Version")
+    return message
+
+
+def read_metadata(path: Path) -> Metadata:
+    """Name, version, Requires-Dist and Requires-Python of a wheel (or METADATA file)."""
+    message = metadata_headers(path)
     return Metadata(source=f"{path.name} sha256={sha256_file(path)}",
                     name=canonical_name(message["Name"].strip()),
                     version=message["Version"].strip(),
