@@ -106,14 +106,14 @@ def test_http_remote_through_the_namespace_bridge(tmp_path):
     """http:// from inside the build's network namespace (netbridge.py brings loopback up and
     pumps a local port out): host B gets the .cu compiles from the HTTP server host A filled,
     with the credentials of the URL, and the wheel of a no-cache build."""
-    from tests.fixtures.http_cache import CacheServer
+    from tests.fixtures.http_cache import http_cache_server
 
     _ccache()
     project = make_project(tmp_path, ("cudaext",))
     plain = project.run("build", "--compiler-cache", "none", cache=tmp_path / "plain")
     assert plain.returncode == 0, plain.stderr
     reference = _sha(project)
-    with CacheServer() as server:
+    with http_cache_server() as server:
         url = f"http://ci:{SECRET}@127.0.0.1:{server.port}/ccache"
         lines = []
         for label in ("A", "B"):
