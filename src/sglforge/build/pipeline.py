@@ -535,8 +535,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             if recipes[name].isolation and options.wheelhouse is None:
                 raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse "
                                     "DIR with the build requirements (builds have no network)")
-        compiler_cache.refuse_sccache_for_nvcc(
-            options.compiler_cache, [n for n in order if recipes[n].cuda_archs])
+        compiler_cache.refuse_sccache(options.compiler_cache,
+                                      [n for n in order if recipes[n].cuda_archs],
+                                      isolated=bool(environment.network_isolation()))
         cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
         tool = fingerprint(toolchain, cuda, sorted({r for n in order
                                                     for r in recipes[n].build_requires}),

@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--compiler-cache", choices=["ccache", "sccache", "none"],
                    help="wrap nvcc and the host compilers with a compiler cache (overrides "
-                        "[compiler-cache] kind; sccache: host compiles only)")
+                        "[compiler-cache] kind; sccache is refused for nvcc and inside a "
+                        "network namespace)")
     p.add_argument("--compiler-cache-remote", metavar="URL",
                    help="ccache remote storage: redis://HOST[:PORT][/DB], redis+unix:SOCKET "
                         "or http://HOST[:PORT][/PATH] (turns ccache on)")
