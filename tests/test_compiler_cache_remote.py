@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -286,3 +287,20 @@ def test_mask_secrets_and_remote_plans():
     http = plan_remote("http://u:p@cache.internal/ccache", isolated=True)
     assert http.forward_to == ("cache.internal", 80) and http.bridge_port
     assert http.storage == f"http://u:p@127.0.0.1:{http.bridge_port}/ccache"
+
+
+def test_namespace_and_stats_log():
+    from sglforge.build.compiler_cache import CacheStats, namespace
+
+    ns = namespace("Cuda compilation tools, release 13.0, V13.0.88", "gcc 12.2.0", "x86_64")
+    assert ns.startswith("sglforge-") and len(ns) == len("sglforge-") + 16
+    assert ns != namespace("Cuda compilation tools, release 13.1, V13.1.1", "gcc 12.2.0",
+                           "x86_64")
+    log = ("# a.cu\ncache_miss\nremote_storage_error\n# b.cu\nremote_storage_hit\n"
+           "remote_storage_read_hit\n# c.cu\nlocal_storage_hit\n# \nno_input_file\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "stats.log"
+        path.write_text(log)
+        stats = CacheStats.read(path, remote=True)
+    assert stats.describe() == ("ccache: 1 local hit(s), 1 remote hit(s), 1 miss(es), "
+                                "1 uncacheable, 1 remote error(s)")

@@ -71,10 +71,6 @@ class CompilerCacheSettings:
                           env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
                           doc="read the remote, never write it (untrusted CI jobs)")
 
-    @property
-    def enabled(self) -> bool:
-        return self.kind not in (None, "none")
-
 
 @dataclass(frozen=True)
 class Settings:
