@@ -277,6 +277,7 @@ def test_mask_secrets_and_remote_plans():
 
     assert mask_secrets("x redis://pw@h:1/0 http://u:p@h/c") == (
         "x redis://***@h:1/0 http://u:***@h/c")
+    assert mask_secrets("redis://:pa/ss|x@h") == "redis://:***@h"  # malformed: still masked
     plan = plan_remote("redis://:pw@cache.internal:7000/3", isolated=True)
     assert plan.forward_to == ("cache.internal", 7000)
     assert plan.storage == "redis+unix://pw@localhost{socket}?db=3"  # ccache's password form

@@ -81,7 +81,9 @@ DEFAULT_REDIS_PORT = 6379
 # the remote URL: checked, masked
 
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/@\s|]*)@")
+# Up to the first '@' after `scheme://`, whatever it holds ('/', ':', '|'): a malformed URL
+# (refused) must be masked as well as a good one; masking too much is harmless.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^@\s]*)@")
 
 
 def mask_secrets(text: str) -> str:
