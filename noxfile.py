@@ -171,6 +171,7 @@ def _require_toolchain_python(session: nox.Session) -> str:
 
 
 OPTIONS_WITH_VALUE = {"--jobs", "--mem-per-job", "--wheelhouse", "--compiler-cache", "--out",
+                      "--compiler-cache-remote",
                       # global options, accepted after the verb too
                       "--project", "--config", "--cache-dir", "--build-root", "--mirror"}
 
@@ -255,7 +256,8 @@ def _bootstrap(session: nox.Session) -> str:
 def build(session: nox.Session) -> None:
     """Build wheels into wheels/ (build host: CUDA 13, the pinned Python).
 
-    -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache]
+    -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache|none]
+       [--compiler-cache-remote URL] [--compiler-cache-read-only]
     Order: toolchain Python check, source fetch, toolchain install (.nox/build-toolchain), build.
     """
     python = _bootstrap(session)

@@ -58,6 +58,9 @@ NOT_RUN: dict[str, str] = {
     "nox -s build": "a full CUDA build",
     "nox -s build -- sglang-kernel": "an nvcc build (~1 h on 20 jobs)",
     "nox -s build -- --jobs 8 --mem-per-job 6GiB --compiler-cache ccache": "a full CUDA build",
+    "nox -s build -- --compiler-cache-remote redis://cache.internal:6379/0 "
+    "--compiler-cache-read-only": "a full CUDA build; tests/test_compiler_cache_remote.py "
+                                  "builds the CUDA fixture against a real redis-server",
     "nox -s verify": "rebuilds every wheel",
     "nox -s smoke -- --model /models/DeepSeek-V4-Flash": "GPU host (8x RTX PRO 6000)",
     "nox -s smoke -- --wheelhouse /srv/wheelhouse": "GPU host",

@@ -11,7 +11,8 @@
   interpreter (build/prefixmap.py; cc/gcc/c++/g++ wrappers add the same maps to every host
   compile, CC/CXX point at them); nvcc output depends on absolute paths even so, which is
   why the root is fixed (see reference/reproducibility.md). The optional compiler cache hooks
-  in here too.
+  in here too: the wrapper launches nvcc through `$SGLFORGE_COMPILER_CACHE` when set (ccache
+  only; build/compiler_cache.py says why sccache never wraps nvcc).
 """
 
 from __future__ import annotations
@@ -78,28 +79,6 @@ def network_isolation() -> list[str]:
         if probe.returncode == 0:
             return prefix
     return []
-
-
-def compiler_cache_env(kind: str | None, cache_dir: Path) -> tuple[dict[str, str], list[str]]:
-    """Env and CMake -D options for ccache/sccache (wrapping nvcc and the host compilers)."""
-    if kind is None:
-        return {}, []
-    from sglforge.base.errors import SglforgeError
-
-    binary = shutil.which(kind)
-    if binary is None:
-        raise SglforgeError(f"--compiler-cache {kind}: '{kind}' is not on PATH")
-    env = {"SGLFORGE_COMPILER_CACHE": binary}
-    if kind == "ccache":
-        # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so
-        # ccache's default mtime check would never hit after a clean build root; their content
-        # names the real compiler's path, size and mtime, so hashing content stays safe.
-        env.update({"CCACHE_DIR": str(cache_dir / "ccache"), "CCACHE_NOHASHDIR": "1",
-                    "CCACHE_COMPILERCHECK": "content"})
-    else:
-        env.update({"SCCACHE_DIR": str(cache_dir / "sccache")})
-    defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]
-    return env, defines
 
 
 def search_path(cuda_home: Path | None) -> str:

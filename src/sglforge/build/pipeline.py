@@ -38,7 +38,7 @@ from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
-from sglforge.build import environment, prefixmap
+from sglforge.build import compiler_cache, environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.build.wheelcache import WheelCache
@@ -73,7 +73,7 @@ class BuildOptions:
     names: tuple[str, ...] = ()
     jobs: int | None = None
     mem_per_job: int | None = None
-    compiler_cache: str | None = None  # "ccache" | "sccache"
+    compiler_cache: compiler_cache.CompilerCache | None = None  # verify: always None
     use_wheel_cache: bool = True
     wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
     out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
@@ -91,12 +91,14 @@ class BuiltWheel:
     key: str
     cached: bool
     seconds: float
+    cache_stats: compiler_cache.CacheStats | None = None  # ccache, for a wheel built here
 
 
 @dataclass
 class BuildReport:
     wheels: list[BuiltWheel] = field(default_factory=list)
     steps: Steps = field(default_factory=Steps)
+    compiler_cache: str | None = None  # CompilerCache.describe() (secrets masked)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,7 @@ class _WheelJob:
     built: Path | None = None  # as the build backend wrote it
     final: Path | None = None  # normalized, stamped
     info: normalize.WheelInfo | None = None
+    cache_stats: compiler_cache.CacheStats | None = None
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
@@ -305,6 +308,8 @@ class _Invocation:
     env: dict[str, str]
     dist: Path  # where the backend writes the wheel
     log: Path
+    stats_log: Path | None = None  # ccache's CCACHE_STATSLOG of this build
+    forwarder: compiler_cache.RemoteForwarder | None = None  # started around the compile
 
 
 def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
@@ -334,8 +339,23 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     env = environment.base_env(root, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
                                prepared.source_date_epoch)
     env.update(plan.env())
-    cache_env, cache_defines = environment.compiler_cache_env(ctx.options.compiler_cache,
-                                                           ctx.settings.cache_dir)
+    isolation = environment.network_isolation()
+    cache = ctx.options.compiler_cache
+    stats_log = work / "ccache-stats.log" if cache and cache.kind == "ccache" else None
+    forwarder, storage, bridge = None, None, []
+    if cache and cache.kind == "ccache" and cache.remote:
+        remote = compiler_cache.plan_remote(cache.remote, isolated=bool(isolation))
+        storage = remote.storage
+        if remote.forward_to is not None:
+            forwarder = compiler_cache.RemoteForwarder(*remote.forward_to)
+            storage = storage.replace("{socket}", str(forwarder.path))
+        if remote.bridge_port is not None:
+            assert forwarder is not None
+            bridge = [sys.executable, "-I", str(Path(environment.__file__).with_name(
+                "netbridge.py")), str(remote.bridge_port), str(forwarder.path), "--"]
+    ns = compiler_cache.namespace(ctx.tool.nvcc, ctx.tool.compiler, ctx.tool.platform)
+    cache_env, cache_defines = compiler_cache.cache_env(
+        cache, ctx.settings.cache_dir, ns=ns, stats_log=stats_log, storage=storage)
     env.update(cache_env)
     cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
     for name, path in sorted(prepared.fetchcontent.items()):
@@ -355,22 +375,32 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     config = {k: tuple(_render(v, values) for v in vs)
               for k, vs in sorted(recipe.config_settings.items())}
     cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse)
-    isolation = environment.network_isolation()
     log = root.log(recipe.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as handle:
         handle.write(f"# sglforge build log: {recipe.name} (key {job.key.value})\n".encode())
         handle.write(f"# network isolation: {shlex.join(isolation) or 'proxies only'}\n".encode())
-        handle.write("".join(f"# env {k}={env[k]}\n" for k in sorted(env)).encode())
-    return _Invocation(cmd, isolation, env, dist, log)
+        handle.write(compiler_cache.mask_env_lines(env).encode())  # a remote's password
+    return _Invocation(cmd, [*isolation, *bridge], env, dist, log, stats_log, forwarder)
 
 
 def _compile(ctx: _Context, job: _WheelJob) -> None:
     recipe, prepared = job.recipe, job.prepared
     assert prepared is not None
     run = _configure(ctx, job)
-    rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
-                    log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
+    if run.forwarder is not None:
+        run.forwarder.start()
+    try:
+        rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
+                        log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
+    finally:
+        if run.forwarder is not None:
+            run.forwarder.close()
+    if run.stats_log is not None:
+        cache = ctx.options.compiler_cache
+        job.cache_stats = compiler_cache.CacheStats.read(
+            run.stats_log, remote=bool(cache and cache.remote))
+        print(f"    {job.cache_stats.describe()}", flush=True)
     if rc != 0:
         raise SglforgeError(
             f"build of {recipe.name} failed (exit {rc})\n"
@@ -465,11 +495,12 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
                                                  info.version)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
                       read_provenance(final), key.value, cached=False,
-                      seconds=time.monotonic() - started)
+                      seconds=time.monotonic() - started, cache_stats=job.cache_stats)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
-    report = BuildReport()
+    cache = options.compiler_cache
+    report = BuildReport(compiler_cache=cache.describe() if cache else None)
     with report.steps.step("load"):
         lock = parse_lockfile(project.lockfile)
         toolchain = load_toolchain(project.toolchain)
@@ -481,6 +512,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             if recipes[name].isolation and options.wheelhouse is None:
                 raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse "
                                     "DIR with the build requirements (builds have no network)")
+        compiler_cache.refuse_sccache(options.compiler_cache,
+                                      [n for n in order if recipes[n].cuda_archs],
+                                      isolated=bool(environment.network_isolation()))
         cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
         tool = fingerprint(toolchain, cuda, sorted({r for n in order
                                                     for r in recipes[n].build_requires}),
@@ -503,6 +537,8 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if report.compiler_cache:
+            print(f"compiler cache: {report.compiler_cache}")
         for name in order:
             recipe = recipes[name]
             key = compute_key(recipe, lock, series[name], tool, root.path,
@@ -538,6 +574,10 @@ def summarize(report: BuildReport) -> str:
         state = "cached" if wheel.cached else f"built {wheel.seconds:6.1f}s"
         lines.append(f"  {wheel.recipe:<{width}}  {state:<14} {wheel.path.name}  "
                      f"sha256:{wheel.sha256[:16]}")
+        if wheel.cache_stats is not None:
+            lines.append(f"  {'':<{width}}  {wheel.cache_stats.describe()}")
+    if report.compiler_cache:
+        lines.append(f"compiler cache: {report.compiler_cache}")
     lines.append("steps:")
     for name, seconds in report.steps.timings():
         lines.append(f"  {name:<40} {seconds:7.2f}s")

@@ -6,9 +6,14 @@ import argparse
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglforge.base.errors import SglforgeError
 from sglforge.cli.names import check_recipes
+
+if TYPE_CHECKING:
+    from sglforge.build.compiler_cache import CompilerCache
+    from sglforge.inputs.settings import Settings
 
 MAX_JOBS = 4096
 MAX_MEM_PER_JOB = 1 << 50  # 1 PiB
@@ -54,8 +59,15 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("build", help="build wheels from recipes into wheels/")
     _common(p)
-    p.add_argument("--compiler-cache", choices=["ccache", "sccache"],
-                   help="wrap nvcc and the host compilers with a compiler cache")
+    p.add_argument("--compiler-cache", choices=["ccache", "sccache", "none"],
+                   help="wrap nvcc and the host compilers with a compiler cache (overrides "
+                        "[compiler-cache] kind; sccache is refused for nvcc and inside a "
+                        "network namespace)")
+    p.add_argument("--compiler-cache-remote", metavar="URL",
+                   help="ccache remote storage: redis://HOST[:PORT][/DB], redis+unix:SOCKET "
+                        "or http://HOST[:PORT][/PATH] (turns ccache on)")
+    p.add_argument("--compiler-cache-read-only", action="store_true", default=None,
+                   help="read the remote cache, never write it (untrusted CI jobs)")
     p.add_argument("--no-wheel-cache", action="store_true",
                    help="rebuild even when a wheel with the same content key is cached")
     p.set_defaults(func=run_build_verb)
@@ -73,12 +85,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_requirements)
 
 
-def check_compiler_cache(kind: str | None) -> None:
-    """--compiler-cache names a tool that must be on PATH: say so before fetching anything."""
-    if kind is not None and shutil.which(kind) is None:
+def check_compiler_cache(settings: Settings) -> CompilerCache | None:
+    """The effective compiler cache (CLI > env > [compiler-cache]); its tool must be on PATH:
+    say so before fetching anything. None: no cache."""
+    from sglforge.build.compiler_cache import resolve
+
+    chosen = settings.compiler_cache
+    origin = settings.origin("compiler-cache.kind")
+    cache = resolve(chosen.kind, chosen.remote, chosen.read_only)
+    if cache is not None and shutil.which(cache.kind) is None:
+        where = (f"--compiler-cache {cache.kind}" if origin.startswith("cli:")
+                 else f"compiler-cache kind {cache.kind} ({origin})")
         raise SglforgeError(
-            f"--compiler-cache {kind}: '{kind}' is not on PATH (checked before any work)",
-            hint=f"install {kind}, or build without --compiler-cache")
+            f"{where}: '{cache.kind}' is not on PATH (checked before any work)",
+            hint=f"install {cache.kind}, or build with --compiler-cache none")
+    return cache
 
 
 def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
@@ -94,9 +115,8 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
     project = ctx.project
     check_recipes(args.names, project.recipes_dir)
-    check_compiler_cache(args.compiler_cache)  # before any fetch or build step
-    options = _options(args, compiler_cache=args.compiler_cache,
-                       use_wheel_cache=not args.no_wheel_cache)
+    cache = check_compiler_cache(ctx.settings)  # before any fetch or build step
+    options = _options(args, compiler_cache=cache, use_wheel_cache=not args.no_wheel_cache)
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")

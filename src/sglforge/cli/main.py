@@ -107,6 +107,10 @@ class Context:
             cache_dir=self.args.cache_dir,
             build_root=self.args.build_root,
             extra_mirrors=self.args.mirror,
+            compiler_cache={  # the build verb's options (verify has none: it uses no cache)
+                "kind": getattr(self.args, "compiler_cache", None),
+                "remote": getattr(self.args, "compiler_cache_remote", None),
+                "read_only": getattr(self.args, "compiler_cache_read_only", None)},
         )
 
 

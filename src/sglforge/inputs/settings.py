@@ -17,6 +17,12 @@ entries replace the file's for the same prefix.
     mem-available = "24GiB"                 # SGLFORGE_MEM_AVAILABLE: the scheduler's budget
     [mirrors]                               # --mirror UPSTREAM=MIRROR
     "https://github.com/" = "/srv/mirrors/github/"
+    [compiler-cache]                        # present: `build` uses ccache (build/compiler_cache.py)
+    kind = "ccache"                         # SGLFORGE_COMPILER_CACHE_KIND, build --compiler-cache
+    remote = "redis://cache.internal:6379"  # SGLFORGE_COMPILER_CACHE_REMOTE,
+                                            #   build --compiler-cache-remote (password masked)
+    read-only = true                        # SGLFORGE_COMPILER_CACHE_READ_ONLY (1/0, true/false),
+                                            #   build --compiler-cache-read-only
 """
 
 from __future__ import annotations
@@ -51,6 +57,22 @@ class Mirror:
 
 
 @dataclass(frozen=True)
+class CompilerCacheSettings:
+    """The `[compiler-cache]` table; `verify` ignores it (it always builds without a cache)."""
+
+    # load_settings stores the effective kind: a table or remote without `kind` means ccache
+    kind: str | None = key("kind", default=None, env="SGLFORGE_COMPILER_CACHE_KIND",
+                           pattern="ccache|sccache|none", describe="ccache, sccache or none",
+                           doc="compiler cache of `build` (default: ccache when this table "
+                               "or a remote is present, else none)")
+    remote: str | None = key("remote", default=None, env="SGLFORGE_COMPILER_CACHE_REMOTE",
+                             doc="ccache remote storage: redis://, redis+unix: or http:// URL")
+    read_only: bool = key("read-only", "bool", default=False,
+                          env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
+                          doc="read the remote, never write it (untrusted CI jobs)")
+
+
+@dataclass(frozen=True)
 class Settings:
     # one declaration per key: TOML name, environment variable, default (tomlfile.key)
     cache_dir: Path = key("cache-dir", env="SGLFORGE_CACHE_DIR",  # noqa: RUF009
@@ -62,6 +84,7 @@ class Settings:
                                     doc="memory budget of the compile scheduler "
                                         "(default: /proc/meminfo MemAvailable)")
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
+    compiler_cache: CompilerCacheSettings = field(default_factory=CompilerCacheSettings)
     config_path: Path | None = None
     # key ("cache-dir", ...) or "mirror <prefix>" -> "default", "config: <file>",
     # "env: SGLFORGE_…", "cli: --…"
@@ -148,8 +171,40 @@ def _to_size(raw: Any) -> int | str:
     return size if size is not None and size > 0 else "expected a size like 24GiB or 1536MiB"
 
 
+class Refused(str):
+    """Why a `[compiler-cache]` value was refused (its values may be strings themselves)."""
+
+
+def _to_kind(raw: Any) -> str:
+    text = str(raw)
+    return text if text in ("ccache", "sccache", "none") else Refused(
+        "expected ccache, sccache or none")
+
+
+def _to_remote(raw: Any) -> str:
+    from sglforge.build.compiler_cache import remote_problem
+
+    problem = remote_problem(str(raw))
+    return str(raw) if problem is None else Refused(problem)
+
+
+def _to_bool(raw: Any) -> bool | Refused:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    return Refused("expected 1/0, true/false, yes/no or on/off")
+
+
 CONVERT = {"cache_dir": _to_path, "build_root": _to_abs_path, "mem_available": _to_size}
 CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
+CACHE_CONVERT = {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool}
+CACHE_CLI_FLAGS = {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
+                   "read_only": "--compiler-cache-read-only"}
+CACHE_TABLE = "compiler-cache"
 
 
 def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
@@ -165,7 +220,33 @@ def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
     return values, origins
 
 
-def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror]]:
+def _shown(raw: Any) -> str:
+    from sglforge.build.compiler_cache import mask_secrets
+
+    return mask_secrets(repr(raw))
+
+
+def _cache_table(reader: TableReader, text: str) -> tuple[dict[str, Any], bool]:
+    """The `[compiler-cache]` table: values by field name, and whether the table is present."""
+    table = reader.table(CACHE_TABLE)
+    if table is None:
+        return {}, False
+    header = next((n for n, line in enumerate(text.splitlines(), 1)
+                   if line.strip().startswith(f"[{CACHE_TABLE}]")), 1)
+    sub = TableReader(table, reader.problems, f"[{CACHE_TABLE}]",
+                      locate=lambda k: key_line(text, header, k))
+    layer: dict[str, Any] = {}
+    for name, raw in read_keys(sub, CompilerCacheSettings).items():
+        value = CACHE_CONVERT[name](raw)
+        if isinstance(value, Refused):  # the URL is shown masked: it may hold a password
+            sub.error(key_specs(CompilerCacheSettings)[name].name, f"{_shown(raw)} {value}")
+        else:
+            layer[name] = value
+    sub.finish()
+    return layer, True
+
+
+def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror], dict[str, Any], bool]:
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "config", locate=lambda k: key_line(text, 1, k))
@@ -185,9 +266,10 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror]]:
             problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
             continue
         mirrors.append(Mirror(upstream, mirror))
+    cache_layer, cache_present = _cache_table(reader, text)
     reader.finish()
     problems.raise_if_any()
-    return layer, mirrors
+    return layer, mirrors, cache_layer, cache_present
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -203,6 +285,57 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
+def _cache_env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    from sglforge.build.compiler_cache import mask_secrets
+
+    layer: dict[str, Any] = {}
+    for name, spec in key_specs(CompilerCacheSettings).items():
+        raw = environ.get(spec.env or "")
+        if not raw:
+            continue
+        value = CACHE_CONVERT[name](raw)
+        if isinstance(value, Refused):
+            raise SglforgeError(f"{spec.env}={mask_secrets(repr(raw))}: {value}")
+        layer[name] = value
+    return layer
+
+
+def _cache_cli_layer(options: Mapping[str, Any]) -> dict[str, Any]:
+    from sglforge.build.compiler_cache import mask_secrets
+
+    layer: dict[str, Any] = {}
+    for name, raw in options.items():
+        if raw is None:
+            continue
+        value = CACHE_CONVERT[name](raw)
+        if isinstance(value, Refused):
+            raise SglforgeError(f"{CACHE_CLI_FLAGS[name]} {mask_secrets(repr(raw))}: {value}")
+        layer[name] = value
+    return layer
+
+
+def _merge_compiler_cache(file_layer: dict[str, Any], present: bool, config_origin: str,
+                          environ: Mapping[str, str], cli: Mapping[str, Any],
+                          origins: dict[str, str]) -> CompilerCacheSettings:
+    """defaults < [compiler-cache] < SGLFORGE_COMPILER_CACHE_* < build's --compiler-cache*."""
+    specs = key_specs(CompilerCacheSettings)
+    values, by_field = merge_layers([(config_origin, file_layer),
+                                     ("env", _cache_env_layer(environ)),
+                                     ("cli", _cache_cli_layer(cli))])
+    for name, origin in by_field.items():
+        if origin == "env":
+            origin = f"env: {specs[name].env}"
+        elif origin == "cli":
+            origin = f"cli: {CACHE_CLI_FLAGS[name]}"
+        origins[f"{CACHE_TABLE}.{specs[name].name}"] = origin
+    if "kind" not in values and (present or values.get("remote")):
+        values["kind"] = "ccache"
+        origins[f"{CACHE_TABLE}.kind"] = (
+            f"implied by {origins[CACHE_TABLE + '.remote']}" if values.get("remote")
+            else f"implied by [{CACHE_TABLE}] in {config_origin}")
+    return CompilerCacheSettings(**values)
+
+
 def load_settings(
     config_path: Path | None = None,
     *,
@@ -210,8 +343,12 @@ def load_settings(
     build_root: Path | None = None,
     extra_mirrors: list[str] | tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
+    compiler_cache: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """defaults < config file < SGLFORGE_* environment < CLI options, with origins."""
+    """defaults < config file < SGLFORGE_* environment < CLI options, with origins.
+
+    `compiler_cache`: the build verb's options by field name (kind, remote, read_only; None:
+    not given)."""
     environ = os.environ if environ is None else environ
     if config_path is not None:
         path, how = config_path, "--config"
@@ -221,8 +358,10 @@ def load_settings(
         path, how = default_config_path(environ), None
     file_layer: dict[str, Any] = {}
     mirrors: list[Mirror] = []
+    cache_layer: dict[str, Any] = {}
+    cache_present = False
     if path.exists():
-        file_layer, mirrors = _file_layer(path)
+        file_layer, mirrors, cache_layer, cache_present = _file_layer(path)
     elif how is not None:
         raise SglforgeError(f"{path}: config file not found (set by --config or {CONFIG_ENV})")
     config_origin = f"config: {path}"
@@ -255,7 +394,9 @@ def load_settings(
     if path.exists():
         origins["config-file"] = "--config" if how == "--config" else (
             f"env: {CONFIG_ENV}" if how else "default")
-    return Settings(**values, mirrors=tuple(mirrors),
+    cache = _merge_compiler_cache(cache_layer, cache_present, config_origin, environ,
+                                  compiler_cache or {}, origins)
+    return Settings(**values, mirrors=tuple(mirrors), compiler_cache=cache,
                     config_path=path if path.exists() else None, origins=origins)
 
 
@@ -275,6 +416,19 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))
+    cache = settings.compiler_cache
+    for name, spec in key_specs(CompilerCacheSettings).items():
+        value = getattr(cache, name)
+        if name == "remote":
+            from sglforge.build.compiler_cache import mask_secrets
+
+            shown = "(none)" if value is None else mask_secrets(value)
+        elif name == "kind":
+            shown = value or "none"
+        else:
+            shown = str(value).lower()
+        label = f"{CACHE_TABLE}.{spec.name}"
+        rows.append((label, shown, settings.origin(label)))
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]

