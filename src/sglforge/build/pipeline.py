@@ -576,11 +576,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             keys[name] = key
             started = time.monotonic()
             hit = cache.lookup(key.cache_value) if options.use_wheel_cache else None
-            if hit is not None:
-                copy = staging / hit.wheel.name
-                copy.write_bytes(hit.wheel.read_bytes())
-                built[name] = BuiltWheel(name, copy, hit.sha256, hit.name, hit.version,
-                                         read_provenance(copy), key.value, cached=True,
+            if hit is not None:  # read in place: publishing copies it only where it changed
+                built[name] = BuiltWheel(name, hit.wheel, hit.sha256, hit.name, hit.version,
+                                         read_provenance(hit.wheel), key.value, cached=True,
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {hit.wheel.name}", flush=True)
                 if name == dev_name:
