@@ -60,6 +60,21 @@ def test_sync_writes_only_what_differs(tmp_path):
     assert again.written == [] and again.removed == [] and again.mode_changed == []
 
 
+def test_sync_keeps_what_the_build_created_and_removes_what_the_series_dropped(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    write(src / "setup.py", "setup()\n")
+    write(src / "added_by_patch.c", "int x;\n")
+    first = sync_tree(src, dest, previous=None)
+    write(dest / "build/temp.linux-x86_64/ext.o", "object\n")  # setuptools' in-tree build_temp
+    write(dest / "pkg.egg-info/PKG-INFO", "Name: pkg\n")
+    (src / "added_by_patch.c").unlink()  # the patch that added it was dropped from the series
+    second = sync_tree(src, dest, previous=set(first.tracked))
+    assert second.removed == ["added_by_patch.c"]
+    assert (dest / "build/temp.linux-x86_64/ext.o").is_file()
+    assert (dest / "pkg.egg-info/PKG-INFO").is_file()
+    assert second.tracked == ["setup.py"]
+
+
 def workspace(root: BuildRoot, config: str = "c1") -> DevWorkspace:
     return DevWorkspace(root, "ext", "upstream", ["ext.dep"], config)
 

@@ -57,6 +57,7 @@ class SyncStats:
     removed: list[str] = field(default_factory=list)
     mode_changed: list[str] = field(default_factory=list)
     unchanged: int = 0
+    tracked: list[str] = field(default_factory=list)  # every path of `src` (the next previous)
 
     def describe(self) -> str:
         return (f"{len(self.written)} file(s) written, {len(self.removed)} removed, "
@@ -96,10 +97,16 @@ def _remove(path: str) -> None:
     remove_tree(Path(path))
 
 
-def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = "") -> SyncStats:
+def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = "",
+              previous: set[str] | None = None) -> SyncStats:
     """Make `dest` a copy of `src` (files, directories, symlinks as links, modes), writing only
-    files whose bytes or type differ and removing entries `src` lacks. Unchanged files keep
-    their mtime; a mode-only change is a chmod (ninja looks at mtimes, not ctimes)."""
+    files whose bytes or type differ. Unchanged files keep their mtime; a mode-only change is a
+    chmod (ninja looks at mtimes, not ctimes).
+
+    Entries `src` lacks are removed when `previous` is None, else only those an earlier sync
+    wrote (`previous`: its `tracked` paths): what the build itself created in the tree (an
+    in-tree `build/` of setuptools or torch cpp_extension, egg-info) stays, as in a git
+    checkout's untracked files."""
     stats = stats if stats is not None else SyncStats()
     dest.mkdir(parents=True, exist_ok=True)
     wanted = {}
@@ -109,12 +116,14 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
     with os.scandir(dest) as entries:
         existing = {entry.name: entry for entry in entries}
     for name in sorted(set(existing) - set(wanted)):
-        _remove(existing[name].path)
-        stats.removed.append(f"{rel}{name}")
+        if previous is None or f"{rel}{name}" in previous:
+            _remove(existing[name].path)
+            stats.removed.append(f"{rel}{name}")
     for name in sorted(wanted):
         entry, path = wanted[name], os.path.join(dest, name)
         have = existing.get(name)
         label = f"{rel}{name}"
+        stats.tracked.append(label)
         if entry.is_symlink():
             target = os.readlink(entry.path)
             if have is not None and have.is_symlink() and os.readlink(have.path) == target:
@@ -128,7 +137,7 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
             if have is not None and not have.is_dir(follow_symlinks=False):
                 _remove(have.path)
                 have = None
-            sync_tree(Path(entry.path), Path(path), stats, f"{label}/")
+            sync_tree(Path(entry.path), Path(path), stats, f"{label}/", previous)
         elif entry.is_file(follow_symlinks=False):
             info = entry.stat(follow_symlinks=False)
             if have is not None and have.is_file(follow_symlinks=False):
@@ -179,6 +188,7 @@ class DevWorkspace:
         self.root, self.recipe, self.config = root, recipe, config
         self.home = root.dev(recipe)
         self.state_path = self.home / "state.json"
+        self.tracked_path = self.home / "tracked.json"  # what the last sync wrote, per slot
         self.scratch = self.home / "scratch"
         self.slots = [_Slot("tree", self.home / "tree", root.src(upstream)),
                       _Slot("build", self.home / "build", root.work(recipe) / "build")]
@@ -224,9 +234,22 @@ class DevWorkspace:
                 slot.live.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(slot.parked, slot.live)
 
-    def mark_synced(self) -> None:
+    def previous(self, key: str) -> set[str] | None:
+        """Paths the last complete sync wrote into slot `key` (None: unknown, or fresh)."""
+        if self.fresh:
+            return None
+        try:
+            data = json.loads(self.tracked_path.read_text())
+            paths = data.get(key) if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+        return set(paths) if isinstance(paths, list) else None
+
+    def mark_synced(self, tracked: dict[str, list[str]] | None = None) -> None:
         """The live tree now equals a strict export + series: record it (and the inodes that
         let a later dev build adopt the live paths)."""
+        if tracked is not None:
+            atomic_write_text(self.tracked_path, json.dumps(tracked) + "\n")
         inodes = {slot.key: slot.live.stat().st_ino for slot in self.slots}
         atomic_write_text(self.state_path, json.dumps(
             {"format": STATE_FORMAT, "recipe": self.recipe, "config": self.config,

@@ -156,14 +156,19 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)
     live = ws.slot("tree").live
-    stats = sync_tree(tree.path, live)
+    stats = sync_tree(tree.path, live, previous=ws.previous("tree"))
+    tracked = {"tree": stats.tracked}
     fetchcontent = {}
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, ws.scratch / "deps" / pin.name, settings)
         slot = ws.slot(f"deps/{pin.name}")
-        sync_tree(dep.path, slot.live, stats, f"deps/{pin.name}/")
+        dep_stats = sync_tree(dep.path, slot.live, previous=ws.previous(slot.key))
+        tracked[slot.key] = dep_stats.tracked
+        stats.written += [f"deps/{pin.name}/{p}" for p in dep_stats.written]
+        stats.removed += [f"deps/{pin.name}/{p}" for p in dep_stats.removed]
+        stats.unchanged += dep_stats.unchanged
         fetchcontent[pin.fetchcontent] = slot.live
-    ws.mark_synced()
+    ws.mark_synced(tracked)
     remove_tree(ws.scratch)
     changed = [p for p in stats.written if not p.startswith(".git/")]
     state = "new dev tree" if ws.fresh else "dev tree"
