@@ -108,7 +108,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmark builds, rebuilds, the dev loop, patch checks and verify (~25 min).
+    """Benchmark builds, rebuilds, the dev loop and verify (~25 min).
 
     Cold build, no-op rebuild, one-file change, memory budget, patch check, verify ->
     bench/results.json + a table (-- --quick, --runs N, --n 4 8 16). Not part of the tests;
