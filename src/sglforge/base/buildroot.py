@@ -14,6 +14,8 @@
         scratch/                    the strict export + series the tree is synced from
         state.json                  written after a complete sync (build/devtree.py)
     <root>/dev-wheels/              dev wheels and their manifest.json (never wheels/)
+    <root>/check-result.json        the last stack check of `build`, reused when its inputs
+                                    are unchanged (check/cache.py)
     <root>/.sglforge-build.lock     one build per root at a time
 
 The root is fixed and absolute: builds embed it (see build/environment.py).
@@ -72,6 +74,11 @@ class BuildRoot:
     @property
     def dev_wheels(self) -> Path:
         return self.path / "dev-wheels"
+
+    @property
+    def check_result(self) -> Path:
+        """The last stack check of `build` and a digest of its inputs (check/cache.py)."""
+        return self.path / "check-result.json"
 
     @property
     def lock(self) -> Path:

@@ -119,9 +119,11 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(f"wrote {out / 'manifest.json'} (dev build: wheels/ and the lock unchanged)")
         return 0
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
+    from sglforge.base.buildroot import BuildRoot
     from sglforge.cli.check import check_or_fail
 
-    return check_or_fail(project)  # the published set must fit together (DESIGN "Coherence")
+    # the published set must fit together (DESIGN "Coherence"); a no-op reuses the last result
+    return check_or_fail(project, reuse=BuildRoot(ctx.settings.build_root).check_result)
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
