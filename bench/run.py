@@ -581,8 +581,9 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
             r = ratio_vs_cold(case, n)
             noop = case.wall().median
             t = Target(f"no-op rebuild N={n} <= 2% of cold", 0.02, r.median,
-                       note=f"a no-op costs a fixed {noop:.2f}s (interpreter, imports, toolchain "
-                            f"fingerprint); <= 2% once cold >= {noop / 0.02:.0f}s")
+                       note=f"a no-op costs a fixed {noop:.2f}s (interpreter start and imports; "
+                            f"no subprocess: cached toolchain fingerprint and stack check); "
+                            f"<= 2% once cold >= {noop / 0.02:.0f}s")
             targets.append(t)
             derived.append({"what": f"no-op / cold N={n}", "ratio": r.to_json()})
             rows.append(row("2 no-op", f"N={n} sm_120a", case, f"{r.median:.1%} of cold "
