@@ -649,9 +649,9 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
                 # so the floor is one TU's CPU time plus the dev build's own fixed cost
                 fixed = dev.wall().median - fit["per_tu_cpu_s"]
                 note = (f"one TU alone ~{fit['per_tu_cpu_s']:.1f}s + dev fixed cost "
-                        f"~{fixed:.1f}s (sglforge start, export + strict series + sync, pip + "
-                        f"scikit-build-core, CMake re-run on the kept build dir, post-process, "
-                        f"audit) vs 2/N of cold = "
+                        f"~{fixed:.1f}s (sglforge start, export + strict series + sync, "
+                        f"build_wheel via PEP 517 hooks, CMake re-run on the kept build dir, "
+                        f"link, post-process, audit) vs 2/N of cold = "
                         f"{2 / n * cold('sm_120a', n).wall().median:.1f}s; {note}")
             if n >= 8:
                 t = Target(f"dev one-TU change N={n} <= 2/N of cold wall", 2 / n, r.median,
