@@ -108,11 +108,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmark builds, rebuilds, patch checks and verify (~15 min).
+    """Benchmark builds, rebuilds, the dev loop and verify (~25 min).
 
     Cold build, no-op rebuild, one-file change, memory budget, patch check, verify ->
     bench/results.json + a table (-- --quick, --runs N, --n 4 8 16). Not part of the tests;
-    about 15 minutes on 2 cores (bench/README.md).
+    about 25 minutes on 2 cores (bench/README.md).
     """
     session.install("-e", ".[test]")
     session.run("python", "-m", "bench", *session.posargs)

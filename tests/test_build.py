@@ -62,11 +62,33 @@ def test_build_installs_with_local_version_provenance_and_lock(purepy, tmp_path)
 def test_second_build_is_a_cache_hit_and_a_changed_patch_is_a_miss(purepy, tmp_path):
     assert purepy.run("build").returncode == 0
     first = snapshot(purepy.root / "wheels")
+    outputs = [*(purepy.root / "wheels").iterdir(), purepy.root / "lockfiles" / "wheels.lock"]
+    stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in outputs}
     shutil.rmtree(purepy.build_root)  # a rebuild would need it: prove nothing is rebuilt
     again = purepy.run("build")
     assert again.returncode == 0, again.stderr
     assert "purepy: cached" in again.stdout and "building" not in again.stdout
     assert not (purepy.build_root / "logs" / "purepy.log").exists()
+    assert snapshot(purepy.root / "wheels") == first
+    # a no-op rewrites nothing: wheel, manifest and lock keep their inode and mtime
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in outputs} == stamps
+    assert (purepy.cache / "toolchain-versions.json").is_file()  # no `--version` next time
+    assert "result reused" not in again.stdout  # the build root (and its check result) is new
+    reused = purepy.run("build")
+    assert reused.returncode == 0 and "inputs unchanged since the last check" in reused.stdout
+    assert "check: " in reused.stdout
+    waivers = purepy.root / "lockfiles" / "api-waivers.toml"
+    waivers.write_text("# no waivers\n")  # read by the check only: the wheel stays cached
+    rechecked = purepy.run("build")
+    assert rechecked.returncode == 0 and "result reused" not in rechecked.stdout
+    assert "purepy: cached" in rechecked.stdout
+    waivers.unlink()
+
+    # a cached wheel changed in place is hashed (its stat stamp changed) and is a miss
+    [cached] = (purepy.cache / "wheels").glob("*/*/*.whl")
+    cached.write_bytes(cached.read_bytes() + b"x")
+    damaged = purepy.run("build")
+    assert damaged.returncode == 0 and "purepy: building" in damaged.stdout
     assert snapshot(purepy.root / "wheels") == first
 
     repo = purepy.mirror / "org" / "purepy"

@@ -201,3 +201,35 @@ def test_sigterm_mid_compile_stops_nvcc_and_the_next_build_is_clean(tmp_path):
     assert clean.returncode == 0, clean.stderr
     assert "cudaext: building" in clean.stdout
     assert project.manifest()["wheels"][0]["sha256"] == resumed
+
+
+def test_sigint_mid_dev_build_parks_the_dev_tree_for_the_next_one(tmp_path):
+    """`build --dev`: an interrupted compile leaves the synced tree and build directory parked
+    under <root>/dev/<recipe> with state.json, so the next dev build resumes, not restarts."""
+    import json
+
+    from sglforge.base.buildroot import BuildRoot
+    from sglforge.build.devtree import DevWorkspace
+
+    project = make_project(tmp_path, ("slowpy",))
+    proc = project.start("build", "--dev", "slowpy")
+    started = project.build_root / "slowpy-started"
+    deadline = time.monotonic() + 180
+    while not started.is_file() or len(started.read_text().split()) != 4:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the slow build never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, _, err = _wait_exit(proc, 60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    root = BuildRoot(project.build_root)
+    assert (root.dev("slowpy") / "tree" / "setup.py").is_file()  # parked again
+    assert (root.dev("slowpy") / "build").is_dir()
+    assert not root.src("slowpy").exists()
+    state = json.loads((root.dev("slowpy") / "state.json").read_text())
+    workspace = DevWorkspace(root, "slowpy", "slowpy", [], state["config"])
+    workspace.checkout()
+    assert not workspace.fresh and (root.src("slowpy") / "setup.py").is_file()
+    _assert_unlocked(project.build_root / ".sglforge-build.lock")
+    assert snapshot(project.root / "wheels") == {}

@@ -42,7 +42,7 @@ def _full() -> dict:  # every key a build writes, with values of each type
                            sources=({"name": "x.y", "commit": "1" * 40, "sha256": None},),
                            patches=({"name": "0001-a.patch", "sha256": "2" * 64},),
                            build_requires={"torch": "2.13.0"}, source_date_epoch=7,
-                           removed=("a/x.o",)).to_json()
+                           removed=("a/x.o",), dev=True).to_json()
 
 
 def test_json_round_trip_keeps_every_key_and_unknown_ones():
@@ -61,6 +61,7 @@ def test_json_round_trip_keeps_every_key_and_unknown_ones():
     ("source_date_epoch", "yesterday", "'source_date_epoch' must be an integer"),
     ("patches", ["0001-a.patch"], "'patches' must be a list of objects"),
     ("removed", [1], "'removed' must be a list of strings"),
+    ("dev", "yes", "'dev' must be true or false"),
 ])
 def test_bad_values_name_the_wheel_and_the_key(key, value, message):
     with pytest.raises(SglforgeError, match="^w.whl: .*" + message):
@@ -100,3 +101,27 @@ def test_reading_a_wheel_fails_cleanly(tmp_path):
     (tmp_path / "junk.whl").write_bytes(b"not a zip")
     with pytest.raises(SglforgeError, match="not a valid wheel"):
         provenance.read(tmp_path / "junk.whl")
+
+
+def test_dev_wheels_are_refused_by_the_smokes_wheelset_loader(tmp_path):
+    """A `build --dev --publish-dev` wheel set: the smoke stops before installing anything."""
+    project = make_project(tmp_path, ("purepy",))
+    result = project.run("build", "--dev", "--publish-dev", "purepy")
+    assert result.returncode == 0, result.stderr
+    [entry] = project.manifest()["wheels"]
+    assert entry["version"] == "1.2.3+cpu.e3b0c442.dev" and entry["provenance"]["dev"] is True
+    with pytest.raises(SglforgeError) as err:
+        load_wheelset(project.root / "wheels", project.root / "lockfiles" / "wheels.lock")
+    assert "is a dev build" in str(err.value) + " ".join(getattr(err.value, "problems", []))
+    assert provenance.dev_build_problem(_full(), "w.whl").startswith("w.whl is a dev build")
+    assert provenance.dev_build_problem({**_full(), "dev": False}, "w.whl") is None
+
+
+def test_dev_option_errors_are_one_line(tmp_path):
+    project = make_project(tmp_path, ("purepy", "slowpy"))
+    for args, message in ((["--dev"], "build --dev takes exactly one recipe"),
+                          (["--dev", "purepy", "slowpy"], "build --dev takes exactly one recipe"),
+                          (["--publish-dev", "purepy"], "--publish-dev is for dev builds")):
+        result = project.run("build", *args)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr

@@ -62,6 +62,9 @@ NOT_RUN: dict[str, str] = {
     "--compiler-cache-read-only": "a full CUDA build; tests/test_compiler_cache_remote.py "
                                   "builds the CUDA fixture against a real redis-server",
     "nox -s verify": "rebuilds every wheel",
+    "nox -s build -- --dev sglang-kernel": "an nvcc build; tests/test_build_dev.py runs the "
+                                           "dev loop on a CUDA fixture",
+    "nox -s build -- --dev --publish-dev sglang-kernel": "an nvcc build; tests/test_build_dev.py",
     "nox -s smoke -- --model /models/DeepSeek-V4-Flash": "GPU host (8x RTX PRO 6000)",
     "nox -s smoke -- --wheelhouse /srv/wheelhouse": "GPU host",
     "nox -s smoke -- --index-url https://pypi.org/simple": "GPU host; network",

@@ -8,6 +8,14 @@
     <root>/logs/<wheel>.log         one log per wheel
     <root>/out/                     staged wheels of a run (nothing partial reaches wheels/)
     <root>/refresh/<upstream>[-…]   `patches refresh` scratch trees
+    <root>/dev/<recipe>/            `build --dev` state of one recipe, parked between builds:
+        tree/ build/ deps/<name>/   the work tree, build directory and FetchContent trees
+                                    (moved to src/, work/<recipe>/build, deps/ while it builds)
+        scratch/                    the strict export + series the tree is synced from
+        state.json                  written after a complete sync (build/devtree.py)
+    <root>/dev-wheels/              dev wheels and their manifest.json (never wheels/)
+    <root>/check-result.json        the last stack check of `build`, reused when its inputs
+                                    are unchanged (check/cache.py)
     <root>/.sglforge-build.lock     one build per root at a time
 
 The root is fixed and absolute: builds embed it (see build/environment.py).
@@ -58,6 +66,19 @@ class BuildRoot:
     def refresh(self, upstream: str, stage: str | None = None) -> Path:
         """Scratch of `patches refresh`: the rebase tree, or `<upstream>-<stage>` beside it."""
         return self.path / "refresh" / (f"{upstream}-{stage}" if stage else upstream)
+
+    def dev(self, recipe: str) -> Path:
+        """`build --dev` state of one recipe (build/devtree.py)."""
+        return self.path / "dev" / recipe
+
+    @property
+    def dev_wheels(self) -> Path:
+        return self.path / "dev-wheels"
+
+    @property
+    def check_result(self) -> Path:
+        """The last stack check of `build` and a digest of its inputs (check/cache.py)."""
+        return self.path / "check-result.json"
 
     @property
     def lock(self) -> Path:

@@ -52,6 +52,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """atomic_write_text unless `path` already holds exactly `text` (a no-op build then writes
+    nothing, and fsyncs nothing); True when it wrote."""
+    data = text.encode("utf-8")
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    atomic_write_bytes(path, data)
+    return True
+
+
 def replace_dir(staged: Path, final: Path) -> None:
     """Move the fully prepared directory `staged` to `final`, replacing what was there."""
     final.parent.mkdir(parents=True, exist_ok=True)

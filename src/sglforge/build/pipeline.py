@@ -12,6 +12,10 @@ The pipeline, one named step each, with timings printed at the end:
     audit     cuobjdump: required SASS in every device-code ELF
     leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
+  --dev RECIPE (build/devtree.py): that recipe's tree and build directory persist between
+            builds; prepare syncs a strict export + series into them (only changed files are
+            written); the wheel is labelled `.dev`, never stored in the wheel cache, and goes
+            to <build-root>/dev-wheels/ unless --publish-dev
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
 
@@ -21,7 +25,9 @@ Interrupted (Ctrl-C, SIGTERM, SIGHUP): the running compile's whole session is te
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import shlex
 import subprocess
 import sys
@@ -39,7 +45,8 @@ from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
 from sglforge.build import compiler_cache, environment, prefixmap
-from sglforge.build.key import BuildKey, compute_key
+from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
+from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.build.wheelcache import WheelCache
 from sglforge.inputs.pins import Lockfile, parse_lockfile
@@ -50,6 +57,7 @@ from sglforge.inputs.toolchain import (
     CudaToolkit,
     Toolchain,
     ToolchainFingerprint,
+    VersionCache,
     find_cuda,
     fingerprint,
     load_toolchain,
@@ -78,6 +86,8 @@ class BuildOptions:
     wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
     out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
     progress_interval: float = 30.0
+    dev: bool = False  # incremental build of the one named recipe (build/devtree.py)
+    publish_dev: bool = False  # dev wheels into wheels/ and the lock (else <root>/dev-wheels)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class BuiltWheel:
     cached: bool
     seconds: float
     cache_stats: compiler_cache.CacheStats | None = None  # ccache, for a wheel built here
+    dev: bool = False
 
 
 @dataclass
@@ -128,11 +139,49 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, root.dep(pin.name), settings)
         fetchcontent[pin.fetchcontent] = dep.path
-    prepared = PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch)
+    return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch), recipe,
+                    tree.commit)
+
+
+def _checked(prepared: PreparedSource, recipe: Recipe, commit: str | None) -> PreparedSource:
     if not prepared.source_dir.is_dir():
         raise SglforgeError(f"{recipe.path}: subdir '{recipe.subdir}' does not exist in "
-                            f"'{recipe.upstream}' at {tree.commit}")
+                            f"'{recipe.upstream}' at {commit}")
     return prepared
+
+
+def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
+                       settings: Settings, ws: DevWorkspace) -> PreparedSource:
+    """Like prepare_source, into the scratch of the dev workspace (strictly, as always), then
+    synced into its live tree: only files whose bytes differ are written."""
+    remove_tree(ws.scratch)
+    tree = export_source(lock, recipe.upstream, ws.scratch / "tree", settings)
+    epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
+    apply_series(tree.path, series, settings)
+    live = ws.slot("tree").live
+    stats = sync_tree(tree.path, live, previous=ws.previous("tree"))
+    tracked = {"tree": stats.tracked}
+    fetchcontent = {}
+    for pin in lock.fetchcontent(recipe.upstream):
+        dep = export_source(lock, pin.name, ws.scratch / "deps" / pin.name, settings)
+        slot = ws.slot(f"deps/{pin.name}")
+        dep_stats = sync_tree(dep.path, slot.live, previous=ws.previous(slot.key))
+        tracked[slot.key] = dep_stats.tracked
+        stats.written += [f"deps/{pin.name}/{p}" for p in dep_stats.written]
+        stats.removed += [f"deps/{pin.name}/{p}" for p in dep_stats.removed]
+        stats.unchanged += dep_stats.unchanged
+        fetchcontent[pin.fetchcontent] = slot.live
+    ws.mark_synced(tracked)
+    remove_tree(ws.scratch)
+    changed = [p for p in stats.written if not p.startswith(".git/")]
+    state = "new dev tree" if ws.fresh else "dev tree"
+    print(f"    {state} {live}: {len(changed)} file(s) written"
+          + (f" ({', '.join(changed[:6])}{', …' if len(changed) > 6 else ''})"
+             if changed and not ws.fresh else "")
+          + f", {len([p for p in stats.removed if not p.startswith('.git/')])} removed, "
+            f"{stats.unchanged} unchanged", flush=True)
+    return _checked(PreparedSource(live / recipe.subdir, fetchcontent, epoch), recipe,
+                    tree.commit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,9 +192,39 @@ def _render(template: str, values: dict[str, str]) -> str:
     return template.format(**values)
 
 
+# `build --dev`: the PEP 517 backend's build_wheel called directly (pyproject_hooks, or pip's
+# vendored copy), as pip does, without pip's start-up and its separate metadata pass (~2 s of
+# every dev build). Release builds keep the recipe's frontend.
+DEV_FRONTEND = r"""
+import json, os, sys
+try:
+    from pyproject_hooks import BuildBackendHookCaller
+except ImportError:
+    from pip._vendor.pyproject_hooks import BuildBackendHookCaller
+try:
+    import tomllib
+except ImportError:
+    from pip._vendor import tomli as tomllib
+source, dist, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+system = {}
+if os.path.isfile(os.path.join(source, "pyproject.toml")):
+    with open(os.path.join(source, "pyproject.toml"), "rb") as handle:
+        system = tomllib.load(handle).get("build-system", {})
+backend = system.get("build-backend", "setuptools.build_meta:__legacy__")
+print(f"sglforge dev frontend: {backend} build_wheel in {source}", flush=True)
+hooks = BuildBackendHookCaller(source, backend, backend_path=system.get("backend-path"),
+                               python_executable=sys.executable)
+print("built", hooks.build_wheel(dist, config_settings=config or None), flush=True)
+"""
+
+
 def frontend_command(recipe: Recipe, source: Path, dist: Path,
                      config: dict[str, tuple[str, ...]],
-                     wheelhouse: Path | None) -> list[str]:
+                     wheelhouse: Path | None, dev: bool = False) -> list[str]:
+    if dev and not recipe.isolation:
+        settings = {k: vs[0] if len(vs) == 1 else list(vs) for k, vs in config.items()}
+        return [sys.executable, "-c", DEV_FRONTEND, str(source), str(dist),
+                json.dumps(settings, sort_keys=True)]
     if recipe.frontend == "pip":
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--verbose",
                "--wheel-dir", str(dist)]
@@ -248,6 +327,7 @@ class _WheelJob:
     key: BuildKey
     deps: list[BuiltWheel]
     staging: Path
+    dev: DevWorkspace | None = None  # `build --dev`: the persistent tree and build directory
     prepared: PreparedSource | None = None
     built: Path | None = None  # as the build backend wrote it
     final: Path | None = None  # normalized, stamped
@@ -298,7 +378,11 @@ def _fetch(ctx: _Context, job: _WheelJob) -> None:
 
 
 def _prepare(ctx: _Context, job: _WheelJob) -> None:
-    job.prepared = prepare_source(ctx.lock, job.recipe, job.series, ctx.settings)
+    if job.dev is not None:
+        job.prepared = prepare_dev_source(ctx.lock, job.recipe, job.series, ctx.settings,
+                                          job.dev)
+    else:
+        job.prepared = prepare_source(ctx.lock, job.recipe, job.series, ctx.settings)
 
 
 @dataclass(frozen=True)
@@ -317,8 +401,10 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     recipe, prepared, root = job.recipe, job.prepared, ctx.root
     assert prepared is not None
     work = root.work(recipe.name)
-    remove_tree(work)
     dist, build_dir, site = work / "dist", work / "build", work / "site"
+    # a dev build keeps its build directory (build/devtree.py); a release build starts empty
+    for path in ([dist, site] if job.dev is not None else [work]):
+        remove_tree(path)
     for path in (dist, build_dir, root.home, root.tmp):
         path.mkdir(parents=True, exist_ok=True)
     cuda_home = ctx.cuda.home if ctx.cuda else None
@@ -374,7 +460,8 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
         env["PYTHONPATH"] = str(site)
     config = {k: tuple(_render(v, values) for v in vs)
               for k, vs in sorted(recipe.config_settings.items())}
-    cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse)
+    cmd = frontend_command(recipe, prepared.source_dir, dist, config, ctx.options.wheelhouse,
+                           dev=job.dev is not None)
     log = root.log(recipe.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as handle:
@@ -426,7 +513,8 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
         expected_local=local if version is None and not retag else None,
         retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
-        provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude)
+        provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude,
+        dev=job.dev is not None)
     removed = job.info.removed
     if removed:
         print(f"    removed {len(removed)} build-litter member(s): "
@@ -480,22 +568,33 @@ def _wheel_steps(recipe: Recipe) -> list[tuple[str, StepFunction]]:
     return steps
 
 
+def _dev_workspace(ctx: _Context, recipe: Recipe) -> DevWorkspace:
+    config = state_config(recipe.sha256, ctx.tool.digest, ctx.root.path, BUILD_FORMAT)
+    deps = [pin.name for pin in ctx.lock.fetchcontent(recipe.upstream)]
+    return DevWorkspace(ctx.root, recipe.name, recipe.upstream, deps, config)
+
+
 def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-               deps: list[BuiltWheel], staging: Path) -> BuiltWheel:
+               deps: list[BuiltWheel], staging: Path, dev: bool = False) -> BuiltWheel:
     started = time.monotonic()
-    print(f"==> {recipe.name}: building (key {key.short})", flush=True)
-    job = _WheelJob(recipe, series, key, deps, staging)
-    ctx.report.steps.execute((f"{recipe.name}: {name}", functools.partial(step, ctx, job))
-                             for name, step in _wheel_steps(recipe))
+    mode = "dev build, incremental" if dev else "building"
+    print(f"==> {recipe.name}: {mode} (key {key.short})", flush=True)
+    job = _WheelJob(recipe, series, key, deps, staging,
+                    dev=_dev_workspace(ctx, recipe) if dev else None)
+    # a dev build's tree is parked again whatever happens (build/devtree.py)
+    with job.dev.live() if job.dev is not None else contextlib.nullcontext():
+        ctx.report.steps.execute((f"{recipe.name}: {name}", functools.partial(step, ctx, job))
+                                 for name, step in _wheel_steps(recipe))
     final, info = job.final, job.info
     assert final is not None and info is not None
     digest = sha256_file(final)
-    if ctx.options.use_wheel_cache:
+    if ctx.options.use_wheel_cache and not dev:  # a dev wheel is never served as a release
         WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest, info.name,
                                                  info.version)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
                       read_provenance(final), key.value, cached=False,
-                      seconds=time.monotonic() - started, cache_stats=job.cache_stats)
+                      seconds=time.monotonic() - started, cache_stats=job.cache_stats,
+                      dev=dev)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
@@ -514,19 +613,25 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                                     "DIR with the build requirements (builds have no network)")
         compiler_cache.refuse_sccache(options.compiler_cache,
                                       [n for n in order if recipes[n].cuda_archs],
-                                      isolated=bool(environment.network_isolation()))
-        cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
+                                      isolated=(cache is not None and cache.kind == "sccache"
+                                                and bool(environment.network_isolation())))
+        dev_name = check_dev_names(options.names) if options.dev else None
+        versions = VersionCache(settings.cache_dir / "toolchain-versions.json")
+        cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order),
+                         versions=versions)
         tool = fingerprint(toolchain, cuda, sorted({r for n in order
                                                     for r in recipes[n].build_requires}),
-                           environment.search_path(cuda.home if cuda else None))
+                           environment.search_path(cuda.home if cuda else None),
+                           versions=versions)
+        versions.save()
 
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
                    report)
     root.path.mkdir(parents=True, exist_ok=True)
-    publish = options.out_dir is None
-    out_dir = options.out_dir or project.wheels_dir
+    publish = options.out_dir is None and (dev_name is None or options.publish_dev)
+    out_dir = options.out_dir or (project.wheels_dir if publish else root.dev_wheels)
     with exclusive_lock(root.lock, f"build root {root.path}"), \
             exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
                            f"output directory {out_dir}"):
@@ -546,16 +651,18 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             keys[name] = key
             started = time.monotonic()
             hit = cache.lookup(key.cache_value) if options.use_wheel_cache else None
-            if hit is not None:
-                copy = staging / hit.wheel.name
-                copy.write_bytes(hit.wheel.read_bytes())
-                built[name] = BuiltWheel(name, copy, hit.sha256, hit.name, hit.version,
-                                         read_provenance(copy), key.value, cached=True,
+            if hit is not None:  # read in place: publishing copies it only where it changed
+                built[name] = BuiltWheel(name, hit.wheel, hit.sha256, hit.name, hit.version,
+                                         read_provenance(hit.wheel), key.value, cached=True,
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {hit.wheel.name}", flush=True)
+                if name == dev_name:
+                    print("    --dev: a release build of this exact series is in the wheel "
+                          "cache; using it (no dev build)", flush=True)
                 continue
             deps = [built[d] for d in recipe.depends]
-            built[name] = _build_one(ctx, recipe, series[name], key, deps, staging)
+            built[name] = _build_one(ctx, recipe, series[name], key, deps, staging,
+                                     dev=name == dev_name)
             print(f"    built {built[name].path.name} in {built[name].seconds:.1f}s", flush=True)
         report.wheels = [built[n] for n in order]
         # a signal cannot cut publishing in half

@@ -21,6 +21,7 @@ from sglforge.build.pipeline import BuildOptions, run_build
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.wheel.outputs import MANIFEST, load_manifest
+from sglforge.wheel.provenance import dev_build_problem
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,11 @@ def run_verify(project: Project, settings: Settings, options: BuildOptions,
     missing = [n for n in names if n not in expected]
     if missing:
         raise SglforgeError(f"not in {reference_dir / MANIFEST}: {', '.join(missing)}")
+    for name in names:  # a dev wheel is incremental: there is nothing to reproduce
+        problem = dev_build_problem(expected[name].get("provenance"),
+                                    f"{reference_dir / expected[name]['file']}")
+        if problem:
+            raise SglforgeError(f"verify: {problem}")
     if out_dir.resolve() == reference_dir.resolve():
         raise SglforgeError("verify writes to a separate directory, not wheels/")
     print(f"verify: wiping build root {settings.build_root}; wheel and compiler caches off")

@@ -1,8 +1,10 @@
 """The content-keyed wheel cache: `<cache-dir>/wheels/<k[:2]>/<k>/{<wheel>, entry.json}`.
 
 An entry is the finished wheel (normalized, stamped, audited) and `entry.json`
-(`file`, `sha256`, `name`, `version`); a lookup serves it only when the wheel's bytes match the
-recorded sha256, otherwise the entry counts as absent and the next build overwrites it. Keys
+(`file`, `sha256`, `name`, `version`, `stat`); a lookup serves it only when the wheel's bytes
+match the recorded sha256, otherwise the entry counts as absent and the next build overwrites
+it. The wheel is hashed only when its stat stamp (size, mtime_ns, ctime_ns, inode, recorded
+when the entry was stored) changed: a no-op build of a multi-GB wheel set reads no wheel. Keys
 are `BuildKey.cache_value` (build/key.py). Entries are written atomically (wheel first, then
 entry.json), so an interrupted store leaves no entry.
 """
@@ -51,7 +53,9 @@ class WheelCache:
         if not isinstance(file, str) or "/" in file or file in ("", ".", ".."):
             return None
         wheel = entry_dir / file
-        if not wheel.is_file() or sha256_file(wheel) != digest:
+        if not wheel.is_file():
+            return None
+        if meta.get("stat") != _stamp(wheel) and sha256_file(wheel) != digest:
             return None
         return CacheEntry(wheel, digest, str(name), str(version))
 
@@ -59,6 +63,14 @@ class WheelCache:
         entry_dir = self.entry_dir(key)
         atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
         entry = CacheEntry(entry_dir / wheel.name, sha256, name, version)
+        meta = {**entry.as_json(), "stat": _stamp(entry.wheel)}
         atomic_write_bytes(entry_dir / "entry.json",
-                           (json.dumps(entry.as_json(), indent=2, sort_keys=True) + "\n").encode())
+                           (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         return entry
+
+
+def _stamp(path: Path) -> list[int]:
+    """What changes when a file is rewritten or modified in place (ctime: even a write that
+    restores the mtime)."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]

@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="read the remote cache, never write it (untrusted CI jobs)")
     p.add_argument("--no-wheel-cache", action="store_true",
                    help="rebuild even when a wheel with the same content key is cached")
+    p.add_argument("--dev", action="store_true",
+                   help="incremental build of ONE recipe: keep its tree and build directory "
+                        "between builds; the wheel is labelled .dev and goes to "
+                        "<build-root>/dev-wheels/ (verify and the smoke refuse it)")
+    p.add_argument("--publish-dev", action="store_true",
+                   help="with --dev: write the dev wheel into wheels/ and the lock anyway")
     p.set_defaults(func=run_build_verb)
 
     p = subparsers.add_parser("verify", help="rebuild from scratch and compare sha256 per wheel")
@@ -116,13 +122,28 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     project = ctx.project
     check_recipes(args.names, project.recipes_dir)
     cache = check_compiler_cache(ctx.settings)  # before any fetch or build step
-    options = _options(args, compiler_cache=cache, use_wheel_cache=not args.no_wheel_cache)
+    if args.publish_dev and not args.dev:
+        raise SglforgeError("--publish-dev is for dev builds: add --dev RECIPE")
+    if args.dev:
+        from sglforge.build.devtree import check_dev_names
+
+        check_dev_names(tuple(args.names))
+    options = _options(args, compiler_cache=cache, use_wheel_cache=not args.no_wheel_cache,
+                       dev=args.dev, publish_dev=args.publish_dev)
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
+    if args.dev and not args.publish_dev:
+        from sglforge.base.buildroot import BuildRoot
+
+        out = BuildRoot(ctx.settings.build_root).dev_wheels
+        print(f"wrote {out / 'manifest.json'} (dev build: wheels/ and the lock unchanged)")
+        return 0
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
+    from sglforge.base.buildroot import BuildRoot
     from sglforge.cli.check import check_or_fail
 
-    return check_or_fail(project)  # the published set must fit together (DESIGN "Coherence")
+    # the published set must fit together (DESIGN "Coherence"); a no-op reuses the last result
+    return check_or_fail(project, reuse=BuildRoot(ctx.settings.build_root).check_result)
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001

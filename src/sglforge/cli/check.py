@@ -31,12 +31,30 @@ def _major_minor(value: str) -> str:
     return value
 
 
-def check_or_fail(project, **options) -> int:
-    """Run the check, print the report; 0 when the stack fits, else 1 (`check`, `build`)."""
+def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
+    """Run the check, print the report; 0 when the stack fits, else 1 (`check`, `build`).
+
+    `reuse` (build only): a file keeping the last result; when nothing the check reads has
+    changed since (check/cache.py), that result is printed instead of checking again."""
     from sglforge.check.run import CheckOptions, render, run_check
 
+    key = None
+    if reuse is not None and not options:
+        from sglforge.check import cache
+
+        key = cache.inputs_digest(project)
+        hit = cache.lookup(reuse, key)
+        if hit is not None:
+            print(hit[1] + "\n(stack check: inputs unchanged since the last check; its "
+                  "result reused)", flush=True)
+            return 0 if hit[0] else 1
     result = run_check(project, CheckOptions(**options))
-    print(render(result), flush=True)
+    report = render(result)
+    print(report, flush=True)
+    if key is not None:
+        from sglforge.check import cache
+
+        cache.store(reuse, key, result.ok, report)
     return 0 if result.ok else 1
 
 

@@ -18,6 +18,11 @@ from the installed torch/version.py (`installed_torch`), since PyPI's cu130 torc
 distribution version `2.13.0` without the `+cu130`. What was found (plus `nvcc --version`, the
 host compiler, cmake) forms the `ToolchainFingerprint` that goes into every wheel's content key
 and provenance.
+
+The `--version` outputs are cached (`VersionCache`, `<cache-dir>/toolchain-versions.json`)
+per tool, keyed by the resolved path, size, mtime_ns, inode and ctime_ns of the binary (and of
+the link that names it) plus the arguments and the search PATH: a no-op build then starts no
+compiler, and replacing, upgrading or touching a tool runs it again.
 """
 
 from __future__ import annotations
@@ -182,6 +187,72 @@ def torch_problem(want: str, have: InstalledTorch) -> str | None:
     return None
 
 
+class VersionCache:
+    """`--version` outputs of tools, valid while the binary's stat stamp is unchanged."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.entries: dict[str, dict] = {}
+        self.changed = False
+        self.runs = 0  # subprocesses started (tests count them)
+        if path is not None:
+            try:
+                data = json.loads(path.read_text())
+                if isinstance(data, dict) and isinstance(data.get("entries"), dict):
+                    self.entries = data["entries"]
+            except (OSError, ValueError):
+                pass  # absent or damaged: every tool runs once and the file is rewritten
+
+    @staticmethod
+    def stamp(binary: Path) -> list | None:
+        """(path, size, mtime_ns, ctime_ns, inode) of the link as named and of its target."""
+        out = []
+        try:
+            for path in (binary, binary.resolve()):
+                st = os.stat(path, follow_symlinks=False)
+                out.append([str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+        except OSError:
+            return None
+        return out
+
+    def output(self, binary: Path, args: list[str], search_path: str | None) -> str:
+        """stdout (or stderr when stdout is empty) of `binary args`, from the cache when the
+        binary's stamp, the arguments and the search PATH are those it was recorded with."""
+        key = json.dumps([str(binary), args, search_path])
+        stamp = self.stamp(binary)
+        entry = self.entries.get(key)
+        if stamp is not None and isinstance(entry, dict) and entry.get("stamp") == stamp \
+                and isinstance(entry.get("output"), str):
+            return entry["output"]
+        self.runs += 1
+        proc = subprocess.run([str(binary), *args], capture_output=True, text=True, check=False)
+        text = proc.stdout if proc.stdout.strip() else proc.stderr
+        if stamp is not None and proc.returncode == 0:
+            self.entries[key] = {"stamp": stamp, "output": text}
+            self.changed = True
+        return text
+
+    def save(self) -> None:
+        if self.path is None or not self.changed:
+            return
+        from sglforge.base.fs import atomic_write_text
+
+        try:
+            atomic_write_text(self.path, json.dumps({"format": 1, "entries": self.entries},
+                                                    indent=1, sort_keys=True) + "\n")
+        except OSError:
+            pass  # a read-only cache dir costs the next build a few `--version` runs
+        self.changed = False
+
+
+def _version_output(binary: Path, args: list[str], search_path: str | None,
+                    versions: VersionCache | None) -> str:
+    if versions is None:
+        return subprocess.run([str(binary), *args], capture_output=True, text=True,
+                              check=False).stdout
+    return versions.output(binary, args, search_path)
+
+
 @dataclass(frozen=True)
 class CudaToolkit:
     home: Path
@@ -190,7 +261,8 @@ class CudaToolkit:
     version_text: str  # full `nvcc --version` output
 
 
-def find_cuda(toolchain: Toolchain, required: bool = True) -> CudaToolkit | None:
+def find_cuda(toolchain: Toolchain, required: bool = True,
+              versions: VersionCache | None = None) -> CudaToolkit | None:
     """The CUDA toolkit from $CUDA_HOME, /usr/local/cuda or nvcc on PATH; checked vs the pin.
 
     A toolkit that is found must be the pinned release. None is returned only when no nvcc
@@ -212,8 +284,7 @@ def find_cuda(toolchain: Toolchain, required: bool = True) -> CudaToolkit | None
         raise SglforgeError("nvcc not found (looked at $CUDA_HOME/bin, /usr/local/cuda/bin, PATH)",
                             hint=f"install the CUDA {toolchain.cuda} toolkit or set CUDA_HOME")
     nvcc = nvcc.resolve()
-    text = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                          check=False).stdout
+    text = _version_output(nvcc, ["--version"], None, versions)
     match = re.search(r"release ([0-9]+\.[0-9]+)", text)
     release = match.group(1) if match else "unknown"
     if release != toolchain.cuda:
@@ -223,12 +294,17 @@ def find_cuda(toolchain: Toolchain, required: bool = True) -> CudaToolkit | None
                        version_text=text.strip())
 
 
-def _first_line(cmd: list[str], search_path: str | None = None) -> str | None:
+def _first_line(cmd: list[str], search_path: str | None = None,
+                versions: VersionCache | None = None) -> str | None:
     binary = shutil.which(cmd[0], path=search_path)
     if not binary:
         return None
-    proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True, check=False)
-    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    if versions is not None:
+        text = versions.output(Path(binary), cmd[1:], search_path)
+    else:
+        proc = subprocess.run([binary, *cmd[1:]], capture_output=True, text=True, check=False)
+        text = proc.stdout or proc.stderr
+    lines = text.strip().splitlines()
     return lines[0] if lines else None
 
 
@@ -267,7 +343,8 @@ class ToolchainFingerprint:
 
 
 def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[str],
-                search_path: str | None = None) -> ToolchainFingerprint:
+                search_path: str | None = None,
+                versions: VersionCache | None = None) -> ToolchainFingerprint:
     """Check the build interpreter against the pins for `requires`; fail naming every gap."""
     problems = []
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -303,8 +380,8 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
     return ToolchainFingerprint(
         cuda=cuda.release if cuda else "none", nvcc=cuda.version_text if cuda else "none",
         # builds do not inherit CC/CXX: CMake and nvcc find these on the build PATH
-        compiler=_first_line(["c++", "--version"], search_path) or "unknown",
-        cmake=_first_line(["cmake", "--version"], search_path),
+        compiler=_first_line(["c++", "--version"], search_path, versions) or "unknown",
+        cmake=_first_line(["cmake", "--version"], search_path, versions),
         python=platform.python_version(),
         platform=f"{platform.system().lower()}-{platform.machine()}",
         build_requires=found, torch=torch)

@@ -18,7 +18,7 @@ from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import sha256_file
 from sglforge.base.requirements import PinnedRequirement, canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
-from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance, read_json
+from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance, dev_build_problem, read_json
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,9 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
             stamped = Provenance.from_json(inside, where)
         except SglforgeError as exc:
             problems.append(exc.args[0])
+            continue
+        if dev := dev_build_problem(stamped, where):
+            problems.append(dev)
             continue
         wheels.append(Wheel(file=path, name=name, version=version, sha256=actual,
                             provenance=stamped))

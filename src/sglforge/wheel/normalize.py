@@ -252,13 +252,9 @@ def wheel_filename(original: str, info: WheelInfo, tags: list[str] | None = None
     return f"{name}-{info.version}-{tag_part}.whl"
 
 
-def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
-          ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
-    """Append `+local` to the version: METADATA, the .dist-info/.data directory names."""
-    if "+" in info.version:
-        raise SglforgeError(f"{info.name} {info.version} already has a local label; set the "
-                            "upstream's version variable instead of version-label = 'retag'")
-    version = f"{info.version}+{local}"
+def relabel(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, version: str
+            ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
+    """Give the wheel the version `version`: METADATA and the .dist-info/.data directory names."""
     stem = info.dist_info[: -len(".dist-info")]
     new_stem = f"{stem.rsplit('-', 1)[0]}-{version}"
     renamed, new_modes = {}, {}
@@ -273,12 +269,33 @@ def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, loc
     return renamed, new_modes, WheelInfo(info.name, version, f"{new_stem}.dist-info")
 
 
+def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
+          ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
+    """Append `+local` to the version: METADATA, the .dist-info/.data directory names."""
+    if "+" in info.version:
+        raise SglforgeError(f"{info.name} {info.version} already has a local label; set the "
+                            "upstream's version variable instead of version-label = 'retag'")
+    return relabel(members, modes, info, f"{info.version}+{local}")
+
+
+DEV_LABEL = "dev"
+
+
+def dev_version(version: str) -> str:
+    """The label of a `build --dev` wheel: `1.0+cu130.ab12cd34` -> `1.0+cu130.ab12cd34.dev`,
+    `1.0` -> `1.0+dev` (PEP 440 local segments), so it never passes for a release build."""
+    return f"{version}.{DEV_LABEL}" if "+" in version else f"{version}+{DEV_LABEL}"
+
+
 def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
                 expected_local: str | None, torch_version: str | None,
                 provenance: Provenance, epoch: int, retag_local: str | None = None,
-                exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+                exclude: tuple[str, ...] = DEFAULT_EXCLUDE, dev: bool = False
                 ) -> tuple[Path, WheelInfo]:
     """Write the normalized, stamped wheel into `out_dir`; return its path and metadata.
+
+    `dev`: a `build --dev` wheel, checked like a release build and then relabelled
+    (`dev_version`); its provenance says `dev: true`.
 
     Members matching `exclude` are dropped (listed in `info.removed` and in the provenance);
     a wheel that holds an ELF gets a platform tag and `Root-Is-Purelib: false`."""
@@ -298,6 +315,9 @@ def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
     if torch_version is not None:
         meta_path, data = _metadata(members)
         members[meta_path] = pin_torch(data, torch_version)
+    if dev:
+        members, modes, info = relabel(members, modes, info, dev_version(info.version))
+        provenance = dataclasses.replace(provenance, dev=True)
     tags = platform_tag(members, info.dist_info)
     stamped = dataclasses.replace(provenance, version=info.version,
                                   removed=tuple(removed) if removed else provenance.removed)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
-from sglforge.base.fs import atomic_write_bytes, atomic_write_text
+from sglforge.base.fs import atomic_write_bytes, write_if_changed
 from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
 from sglforge.inputs.project import Project
@@ -42,13 +42,20 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
             stale = out_dir / entry["file"]
             if stale.is_file():
                 os.unlink(stale)
+    recorded = {e["file"]: e["sha256"] for e in old}
     for wheel in wheels:
-        atomic_write_bytes(out_dir / wheel.path.name, wheel.path.read_bytes())
+        dest = out_dir / wheel.path.name
+        # Already there (a no-op build): the manifest recorded this file with this sha256 and
+        # the size agrees; it is not read or copied again. `nox -s smoke` hashes every file.
+        if recorded.get(dest.name) == wheel.sha256 and dest.is_file() \
+                and dest.stat().st_size == wheel.path.stat().st_size:
+            continue
+        atomic_write_bytes(dest, wheel.path.read_bytes())
     entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: canonical_name(e["name"]))
     manifest = {"format": MANIFEST_FORMAT,
                 "generated_by": "sglforge build (nox -s build); do not edit",
                 "wheels": entries}
-    atomic_write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_if_changed(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return entries
 
 
@@ -117,5 +124,5 @@ def publish(project: Project, wheels: list, toolchain: Toolchain) -> list[dict]:
                                     project.wheels_dir / MANIFEST)} | {canonical_name(w.name)
                                                                        for w in wheels})
     entries = write_wheels(project.wheels_dir, wheels)
-    atomic_write_text(project.wheels_lock, render_lock(entries, toolchain, runtime))
+    write_if_changed(project.wheels_lock, render_lock(entries, toolchain, runtime))
     return entries

@@ -29,6 +29,7 @@ _OPTIONAL_STR = ("generated_by", "wheel", "url", "subdir", "series_sha256", "rec
                  "build_root", "content_key")
 _OPTIONAL_INT = ("format", "source_date_epoch")
 _OPTIONAL_OBJECT_LISTS = ("sources", "patches")
+_OPTIONAL_BOOL = ("dev",)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Provenance:
     build_root: str | None = None
     content_key: str | None = None
     removed: tuple[str, ...] | None = None  # build litter dropped by post-processing
+    dev: bool | None = None  # True: `build --dev` (incremental; verify and the smoke refuse it)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     # -- JSON ---------------------------------------------------------------------------------
@@ -99,6 +101,9 @@ class Provenance:
             if data.get(key) is not None and (not isinstance(data[key], int)
                                               or isinstance(data[key], bool)):
                 raise bad(key, "an integer")
+        for key in _OPTIONAL_BOOL:
+            if data.get(key) is not None and not isinstance(data[key], bool):
+                raise bad(key, "true or false")
         for key in ("cuda_archs", "removed"):
             if (key in REQUIRED or data.get(key) is not None) and not _str_list(data[key]):
                 raise bad(key, "a list of strings")
@@ -128,6 +133,16 @@ class Provenance:
     def write(self, members: dict[str, bytes], dist_info: str) -> None:
         """Stamp this provenance into a wheel's member map (name -> bytes)."""
         members[self.member(dist_info)] = self.dumps()
+
+
+def dev_build_problem(provenance: Provenance | dict, where: str) -> str | None:
+    """Why a wheel may not be treated as a release build (verify, the smoke), or None."""
+    dev = provenance.dev if isinstance(provenance, Provenance) else (
+        provenance.get("dev") if isinstance(provenance, dict) else None)
+    if dev is True:
+        return (f"{where} is a dev build (`sglforge build --dev`: incremental, not "
+                "reproducible); rebuild it without --dev")
+    return None
 
 
 def _str_list(value: Any) -> bool:
