@@ -3,7 +3,8 @@
 The pipeline, one named step each, with timings printed at the end:
   load      lockfile, toolchain, recipes, patch series; check the build interpreter
   key       content key per wheel (dependencies first)
-  per wheel (cache hit: copy from the wheel cache and stop)
+  per wheel (local cache hit: copy from the wheel cache and stop; else remote cache hit:
+             download, verify, fill the local tier and stop)
     fetch     pinned sources into the source cache (mirrors apply)
     prepare   export the upstream at <build-root>/src/<upstream>, apply the series;
               export FetchContent sources at <build-root>/deps/<name>
@@ -12,6 +13,7 @@ The pipeline, one named step each, with timings printed at the end:
     audit     cuobjdump: required SASS in every device-code ELF
     leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
+    upload    into the remote wheel cache, unless read-only (build/wheelcache.py)
   publish   all wheels -> wheels/, then manifest.json and lockfiles/wheels.lock (atomic);
             nothing is published unless every wheel succeeded
 
@@ -41,7 +43,7 @@ from sglforge.base.steps import Steps
 from sglforge.build import environment, prefixmap
 from sglforge.build.key import BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
-from sglforge.build.wheelcache import WheelCache
+from sglforge.build.wheelcache import CacheEntry, RemoteRefused, RemoteWheelCache, WheelCache
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
@@ -74,7 +76,9 @@ class BuildOptions:
     jobs: int | None = None
     mem_per_job: int | None = None
     compiler_cache: str | None = None  # "ccache" | "sccache"
-    use_wheel_cache: bool = True
+    use_wheel_cache: bool = True  # False: no wheel cache at all, local or remote
+    use_remote_cache: bool = True  # False (--no-remote-cache): the local tier only
+    remote_read_only: bool = False  # True (--remote-cache-read-only): never upload
     wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
     out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
     progress_interval: float = 30.0
@@ -89,8 +93,13 @@ class BuiltWheel:
     version: str
     provenance: Provenance
     key: str
-    cached: bool
+    source: str  # "local" / "remote" (a wheel cache tier) or "built" (in this run)
     seconds: float
+    uploaded: bool = False  # built here and uploaded to the remote wheel cache
+
+    @property
+    def cached(self) -> bool:
+        return self.source != "built"
 
 
 @dataclass
@@ -235,6 +244,20 @@ class _Context:
     report: BuildReport
     cuobjdump: Path | None = None
     libraries: audit.LibraryWorld | None = None
+    remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
+
+    def remote_upload(self, key: BuildKey, entry: CacheEntry) -> bool:
+        """Upload a wheel built in this run; a failure is a warning (the build succeeded)."""
+        assert self.remote is not None
+        try:
+            self.remote.upload(key.remote_value, entry)
+        except SglforgeError as exc:
+            print(f"    warning: not uploaded to the remote wheel cache: {exc}", flush=True)
+            return False
+        print(f"    uploaded to the remote wheel cache "
+              f"{self.remote.store.url_of(self.remote.entry_prefix(key.remote_value))}/",
+              flush=True)
+        return True
 
 
 @dataclass
@@ -460,11 +483,53 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     final, info = job.final, job.info
     assert final is not None and info is not None
     digest = sha256_file(final)
+    uploaded = False
     if ctx.options.use_wheel_cache:
-        WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest, info.name,
-                                                 info.version)
+        entry = WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest,
+                                                         info.name, info.version)
+        if ctx.remote is not None and not ctx.remote.store.read_only:
+            with ctx.report.steps.step(f"{recipe.name}: upload"):
+                uploaded = ctx.remote_upload(key, entry)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
-                      read_provenance(final), key.value, cached=False,
+                      read_provenance(final), key.value, source="built",
+                      seconds=time.monotonic() - started, uploaded=uploaded)
+
+
+def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache | None:
+    """The remote wheel cache this run uses (None: not configured or switched off)."""
+    from sglforge.base.remotestore import RemoteStore
+
+    url = settings.wheel_cache.remote
+    if not url or not options.use_wheel_cache or not options.use_remote_cache:
+        return None
+    read_only = settings.wheel_cache.read_only or options.remote_read_only
+    return RemoteWheelCache(RemoteStore.from_url(url, read_only=read_only))
+
+
+def _remote_lookup(ctx: _Context, name: str, key: BuildKey, cache: WheelCache,
+                   staging: Path) -> BuiltWheel | None:
+    """A verified remote hit, copied into the local tier; None on a miss or a refusal."""
+    assert ctx.remote is not None
+    started = time.monotonic()
+    try:
+        with ctx.report.steps.step(f"{name}: remote cache"):
+            entry = ctx.remote.fetch(key.remote_value, key.value, staging / ".remote")
+    except RemoteRefused as exc:
+        print(f"    warning: remote wheel cache entry refused, rebuilding: {exc}", flush=True)
+        return None
+    except SglforgeError as exc:
+        print(f"    warning: remote wheel cache unavailable, continuing without it: {exc}",
+              flush=True)
+        ctx.remote = None
+        return None
+    if entry is None:
+        return None
+    local = cache.store(key.cache_value, entry.wheel, entry.sha256, entry.name, entry.version)
+    copy = staging / entry.wheel.name
+    copy.write_bytes(local.wheel.read_bytes())
+    entry.wheel.unlink()
+    return BuiltWheel(name, copy, entry.sha256, entry.name, entry.version,
+                      read_provenance(copy), key.value, source="remote",
                       seconds=time.monotonic() - started)
 
 
@@ -489,7 +554,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
-                   report)
+                   report, remote=remote_tier(settings, options))
     root.path.mkdir(parents=True, exist_ok=True)
     publish = options.out_dir is None
     out_dir = options.out_dir or project.wheels_dir
@@ -503,6 +568,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if ctx.remote is not None:
+            mode = " (read-only)" if ctx.remote.store.read_only else ""
+            print(f"remote wheel cache {ctx.remote.store.url}{mode}")
         for name in order:
             recipe = recipes[name]
             key = compute_key(recipe, lock, series[name], tool, root.path,
@@ -514,10 +582,17 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                 copy = staging / hit.wheel.name
                 copy.write_bytes(hit.wheel.read_bytes())
                 built[name] = BuiltWheel(name, copy, hit.sha256, hit.name, hit.version,
-                                         read_provenance(copy), key.value, cached=True,
+                                         read_provenance(copy), key.value, source="local",
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {hit.wheel.name}", flush=True)
                 continue
+            if ctx.remote is not None:
+                fetched = _remote_lookup(ctx, name, key, cache, staging)
+                if fetched is not None:
+                    built[name] = fetched
+                    print(f"==> {name}: cached, from the remote cache (key {key.short}) "
+                          f"{fetched.path.name}", flush=True)
+                    continue
             deps = [built[d] for d in recipe.depends]
             built[name] = _build_one(ctx, recipe, series[name], key, deps, staging)
             print(f"    built {built[name].path.name} in {built[name].seconds:.1f}s", flush=True)
@@ -535,9 +610,16 @@ def summarize(report: BuildReport) -> str:
     lines = ["", "summary:"]
     width = max((len(w.recipe) for w in report.wheels), default=0)
     for wheel in report.wheels:
-        state = "cached" if wheel.cached else f"built {wheel.seconds:6.1f}s"
-        lines.append(f"  {wheel.recipe:<{width}}  {state:<14} {wheel.path.name}  "
+        if wheel.cached:
+            state = f"cached ({wheel.source})"
+        else:
+            state = f"built {wheel.seconds:6.1f}s" + (", uploaded" if wheel.uploaded else "")
+        lines.append(f"  {wheel.recipe:<{width}}  {state:<24} {wheel.path.name}  "
                      f"sha256:{wheel.sha256[:16]}")
+    counts = {s: sum(w.source == s for w in report.wheels) for s in ("local", "remote", "built")}
+    uploaded = sum(w.uploaded for w in report.wheels)
+    lines.append(f"wheel cache: {counts['local']} from the local cache, {counts['remote']} "
+                 f"from the remote cache, {counts['built']} built ({uploaded} uploaded)")
     lines.append("steps:")
     for name, seconds in report.steps.timings():
         lines.append(f"  {name:<40} {seconds:7.2f}s")

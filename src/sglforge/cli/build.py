@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compiler-cache", choices=["ccache", "sccache"],
                    help="wrap nvcc and the host compilers with a compiler cache")
     p.add_argument("--no-wheel-cache", action="store_true",
-                   help="rebuild even when a wheel with the same content key is cached")
+                   help="rebuild even when a wheel with the same content key is cached "
+                        "(local or remote)")
+    add_remote_cache_options(p)
     p.set_defaults(func=run_build_verb)
 
     p = subparsers.add_parser("verify", help="rebuild from scratch and compare sha256 per wheel")
@@ -71,6 +73,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", default=[], metavar="RECIPE",
                    help="recipes (default: all)")
     p.set_defaults(func=run_requirements)
+
+
+def add_remote_cache_options(p: argparse.ArgumentParser, *, read_only: bool = True) -> None:
+    """--no-remote-cache (and --remote-cache-read-only): the remote tier of the wheel cache,
+    configured by `[wheel-cache] remote` / SGLFORGE_WHEEL_CACHE_REMOTE."""
+    p.add_argument("--no-remote-cache", action="store_true",
+                   help="do not use the remote wheel cache ([wheel-cache] remote): no request "
+                        "is made")
+    if read_only:
+        p.add_argument("--remote-cache-read-only", action="store_true",
+                       help="read the remote wheel cache, never upload (untrusted jobs; also "
+                            "[wheel-cache] read-only, SGLFORGE_WHEEL_CACHE_READ_ONLY=1)")
 
 
 def check_compiler_cache(kind: str | None) -> None:
@@ -96,7 +110,9 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     check_recipes(args.names, project.recipes_dir)
     check_compiler_cache(args.compiler_cache)  # before any fetch or build step
     options = _options(args, compiler_cache=args.compiler_cache,
-                       use_wheel_cache=not args.no_wheel_cache)
+                       use_wheel_cache=not args.no_wheel_cache,
+                       use_remote_cache=not args.no_remote_cache,
+                       remote_read_only=args.remote_cache_read_only)
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
