@@ -533,23 +533,55 @@ def _remote_lookup(ctx: _Context, name: str, key: BuildKey, cache: WheelCache,
                       seconds=time.monotonic() - started)
 
 
+@dataclass(frozen=True)
+class BuildInputs:
+    """What the `load` step reads: the selected recipes in build order and their inputs."""
+
+    lock: Lockfile
+    toolchain: Toolchain
+    recipes: dict[str, Recipe]
+    order: list[str]
+    series: dict[str, PatchSeries]
+    cuda: CudaToolkit | None
+    tool: ToolchainFingerprint
+
+    def keys(self, build_root: Path) -> dict[str, BuildKey]:
+        """The content key of every selected recipe, dependencies first (each key holds its
+        dependencies' keys, so all are known before anything is built)."""
+        keys: dict[str, BuildKey] = {}
+        for name in self.order:
+            recipe = self.recipes[name]
+            keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
+                                     build_root, {d: keys[d].value for d in recipe.depends})
+        return keys
+
+
+def load_inputs(project: Project, names: tuple[str, ...] | list[str] = ()) -> BuildInputs:
+    """Lockfile, toolchain, recipes (`names` + dependencies; all when empty), series, CUDA, and
+    the build interpreter's fingerprint (checked against the toolchain pins)."""
+    lock = parse_lockfile(project.lockfile)
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    wanted = select(recipes, list(names))
+    order = build_order({n: recipes[n].depends for n in wanted})
+    series = {n: load_series(project, recipes[n].upstream) for n in order}
+    cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
+    tool = fingerprint(toolchain, cuda, sorted({r for n in order
+                                                for r in recipes[n].build_requires}),
+                       environment.search_path(cuda.home if cuda else None))
+    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool)
+
+
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     report = BuildReport()
     with report.steps.step("load"):
-        lock = parse_lockfile(project.lockfile)
-        toolchain = load_toolchain(project.toolchain)
-        recipes = load_recipes(project.recipes_dir, lock, toolchain)
-        wanted = select(recipes, list(options.names))
-        order = build_order({n: recipes[n].depends for n in wanted})
-        series = {n: load_series(project, recipes[n].upstream) for n in order}
+        inputs = load_inputs(project, options.names)
+        lock, toolchain, recipes = inputs.lock, inputs.toolchain, inputs.recipes
+        order, series, cuda, tool = inputs.order, inputs.series, inputs.cuda, inputs.tool
         for name in order:
             if recipes[name].isolation and options.wheelhouse is None:
                 raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse "
                                     "DIR with the build requirements (builds have no network)")
-        cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order))
-        tool = fingerprint(toolchain, cuda, sorted({r for n in order
-                                                    for r in recipes[n].build_requires}),
-                           environment.search_path(cuda.home if cuda else None))
 
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
@@ -564,7 +596,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         staging = root.staging
         remove_tree(staging)
         staging.mkdir(parents=True)
-        keys: dict[str, BuildKey] = {}
+        keys = inputs.keys(root.path)
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
@@ -572,10 +604,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
             mode = " (read-only)" if ctx.remote.store.read_only else ""
             print(f"remote wheel cache {ctx.remote.store.url}{mode}")
         for name in order:
-            recipe = recipes[name]
-            key = compute_key(recipe, lock, series[name], tool, root.path,
-                              {d: keys[d].value for d in recipe.depends})
-            keys[name] = key
+            recipe, key = recipes[name], keys[name]
             started = time.monotonic()
             hit = cache.lookup(key.cache_value) if options.use_wheel_cache else None
             if hit is not None:
