@@ -266,11 +266,16 @@ def build(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """Rebuild from scratch and compare sha256 with wheels/manifest.json.
 
-    -- [RECIPE...] [--out DIR]
+    -- [RECIPE...] [--out DIR] [--from-lock]
+    --from-lock: expected digests from lockfiles/wheels.lock, wheels/ not needed (a fresh
+    checkout on another machine: the guard against a poisoned shared wheel cache).
     """
-    manifest = os.path.join(ROOT, "wheels", "manifest.json")
-    if not os.path.isfile(manifest):
-        session.error(f"{manifest} does not exist: nothing to verify (run `nox -s build` "
+    if "--from-lock" in session.posargs:
+        reference = os.path.join(ROOT, "lockfiles", "wheels.lock")
+    else:
+        reference = os.path.join(ROOT, "wheels", "manifest.json")
+    if not os.path.isfile(reference):
+        session.error(f"{reference} does not exist: nothing to verify (run `nox -s build` "
                       "first); nothing was installed")
     python = _bootstrap(session)
     session.run(python, "-m", "sglforge", "verify", *session.posargs, external=True)

@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the rebuilt wheels go (default: a temporary directory)")
+    p.add_argument("--from-lock", action="store_true",
+                   help="expected digests from lockfiles/wheels.lock (wheels/ need not exist); "
+                        "guards the shared wheel cache")
     p.set_defaults(func=run_verify_verb)
 
     p = subparsers.add_parser("build-requirements",
@@ -126,7 +129,8 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
     check_recipes(args.names, ctx.project.recipes_dir)
     out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
-    results = run_verify(ctx.project, ctx.settings, _options(args), out)
+    results = run_verify(ctx.project, ctx.settings, _options(args), out,
+                         from_lock=args.from_lock)
     print(render(results))
     bad = [r for r in results if not r.ok]
     if bad:
