@@ -50,6 +50,11 @@ DEFAULT_TIMEOUT = 60.0
 MAX_SMALL_FILE = 16 << 20  # get_bytes refuses more than this
 _CHUNK = 1 << 20
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PCHAR = "+,;=@:!$&'()*"  # allowed unencoded in a path segment (RFC 3986); wheels have '+'
+
+
+def _quote(segment: str) -> str:
+    return quote(segment, safe=_PCHAR)
 
 
 class IntegrityError(SglforgeError):
@@ -176,12 +181,12 @@ class RemoteStore:
     # -- addresses ----------------------------------------------------------------------------
 
     def _path(self, key: str, *, collection: bool = False) -> str:
-        segments = [quote(s, safe="") for s in key.split("/")]
+        segments = [_quote(s) for s in key.split("/")]
         return self.base_path + "/".join(segments) + ("/" if collection else "")
 
     def url_of(self, key: str) -> str:
         """The public (credential-free) URL of `key`, for messages."""
-        return self.url + "/".join(quote(s, safe="") for s in check_key(key).split("/"))
+        return self.url + "/".join(_quote(s) for s in check_key(key).split("/"))
 
     def _absolute(self, path: str) -> str:
         default = 443 if self.scheme == "https" else 80
