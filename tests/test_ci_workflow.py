@@ -64,3 +64,25 @@ def test_waves_follow_the_dag_and_read_the_plan_output():
     env = workflow["env"]
     assert env["SGLFORGE_WHEEL_CACHE_REMOTE"] == "${{ secrets.wheel-cache-url }}"
     assert "inputs.read-only" in env["SGLFORGE_WHEEL_CACHE_READ_ONLY"]
+
+
+def test_the_buildkite_program_turns_the_matrix_into_a_dag():
+    import json
+
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed")
+    matrix = {"build": [
+        {"recipe": "flashinfer-python", "needs": [], "wave": 0},
+        {"recipe": "sgl-deep-gemm", "needs": [], "wave": 0},
+        {"recipe": "sglang-kernel", "needs": ["flashinfer-python"], "wave": 1}]}
+    program = WORKFLOW.parent / "buildkite-pipeline.jq"
+    result = subprocess.run([jq, "-f", str(program)], input=json.dumps(matrix),
+                            capture_output=True, text=True, check=True)
+    steps = {s["key"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["build-sglang-kernel"]["depends_on"] == ["build-flashinfer-python"]
+    assert steps["build-sglang-kernel"]["command"] == "nox -s build -- sglang-kernel"
+    assert steps["build-sgl-deep-gemm"]["depends_on"] == []
+    assert steps["assemble"]["depends_on"] == [
+        "build-flashinfer-python", "build-sgl-deep-gemm", "build-sglang-kernel"]
+    assert steps["smoke"]["depends_on"] == ["assemble"]
