@@ -273,3 +273,28 @@ def test_a_bad_remote_url_or_an_unreachable_server_is_one_line(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"HEAD http://127.0.0.1:{port}/c/" in result.stderr and "cannot connect" in result.stderr
     assert "pw" not in result.stderr
+
+
+def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
+    from sglforge.base.errors import SglforgeError
+    from sglforge.inputs.settings import describe_settings, load_settings
+
+    config = tmp_path / "config.toml"
+    config.write_text('[wheel-cache]\nremote = "https://ci:hunter2@cache.example/s/"\n')
+    settings = load_settings(config, environ={"SGLFORGE_WHEEL_CACHE_READ_ONLY": "yes"})
+    assert settings.wheel_cache.remote == "https://ci:hunter2@cache.example/s/"
+    assert settings.wheel_cache.read_only is True
+    shown = describe_settings(settings)
+    assert "hunter2" not in shown
+    assert "wheel-cache.remote    = https://cache.example/s/" in shown
+    assert f"(config: {config})" in shown and "(env: SGLFORGE_WHEEL_CACHE_READ_ONLY)" in shown
+    env = {"SGLFORGE_WHEEL_CACHE_REMOTE": "http://other.example/c/"}
+    assert load_settings(config, environ=env).wheel_cache.remote == "http://other.example/c/"
+    with pytest.raises(SglforgeError, match="SGLFORGE_WHEEL_CACHE_READ_ONLY='maybe': expected"):
+        load_settings(config, environ={"SGLFORGE_WHEEL_CACHE_READ_ONLY": "maybe"})
+    config.write_text('[wheel-cache]\nremote = "file:///srv/cache"\nread-only = "yes"\n')
+    with pytest.raises(SglforgeError) as error:
+        load_settings(config, environ={})
+    assert "key 'remote' (line 2): file:///srv/cache scheme must be http or https" \
+        in str(error.value)
+    assert "key 'read-only' (line 3): expected true or false" in str(error.value)

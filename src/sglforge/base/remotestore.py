@@ -133,6 +133,25 @@ def _netrc_credentials(host: str) -> tuple[str, str] | None:
     return (login or "", password or "")
 
 
+@contextlib.contextmanager
+def _local_file(path: Path):  # noqa: ANN202
+    """`path` opened for writing; a local failure is an error naming the file (not "cannot
+    connect", which is what an OSError inside a request means)."""
+    try:
+        handle = open(path, "wb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise SglforgeError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    with handle:
+        yield handle
+
+
+def _write(handle, data: bytes, path: Path) -> None:  # noqa: ANN001
+    try:
+        handle.write(data)
+    except OSError as exc:
+        raise SglforgeError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
 @dataclass(frozen=True)
 class _Response:
     status: int
@@ -285,10 +304,10 @@ class RemoteStore:
                 if response.status != 200:
                     raise self._unexpected("GET", path, response.status)
                 digest = hashlib.sha256()
-                with open(tmp, "wb") as handle:
+                with _local_file(tmp) as handle:
                     while chunk := response.read(_CHUNK):
                         digest.update(chunk)
-                        handle.write(chunk)
+                        _write(handle, chunk, tmp)
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise IntegrityError(
                     f"remote store: {self._absolute(path)}: sha256 {digest.hexdigest()[:16]}… "
