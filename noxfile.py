@@ -258,7 +258,7 @@ def build(session: nox.Session) -> None:
     """Build wheels into wheels/ (build host: CUDA 13, the pinned Python).
 
     -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache]
-    [--no-remote-cache] [--remote-cache-read-only]
+    [--no-remote-cache] [--remote-cache-read-only] [--no-check]
     Order: toolchain Python check, source fetch, toolchain install (.nox/build-toolchain), build.
     """
     python = _bootstrap(session)

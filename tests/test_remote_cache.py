@@ -115,9 +115,10 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
 
     # job A (wave 0): purepy, built and uploaded (wheel, then entry.json last)
     webdav.clear_log()
-    job_a = a.run("build", "purepy")
+    job_a = a.run("build", "purepy", "--no-check")  # a CI job: assemble checks the set
     assert job_a.returncode == 0, job_a.stdout + job_a.stderr
     assert _built(job_a, "purepy") and "built" in job_a.stdout and ", uploaded" in job_a.stdout
+    assert "stack check skipped (--no-check)" in job_a.stdout and "check: ok" not in job_a.stdout
     puts = [line for line in webdav.requests() if line.startswith("MOVE ")]
     assert puts[0].split("/")[-1].startswith(".purepy-") and "/.entry.json.tmp-" in puts[1]
     assert len(webdav.files()) == 2 and not any("tmp" in f for f in webdav.files())
@@ -128,7 +129,7 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
 
     # job B (wave 1), another host and interpreter location: purepy from the remote cache
     webdav.clear_log()
-    job_b = b.run("build", "usespy")
+    job_b = b.run("build", "usespy", "--no-check")
     assert job_b.returncode == 0, job_b.stdout + job_b.stderr
     assert "==> purepy: cached, from the remote cache" in job_b.stdout
     assert not _built(job_b, "purepy") and _built(job_b, "usespy")
@@ -145,6 +146,7 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
     assemble = c.run("build")
     assert assemble.returncode == 0, assemble.stdout + assemble.stderr
     assert "0 from the local cache, 2 from the remote cache, 0 built" in assemble.stdout
+    assert "check: ok" in assemble.stdout
     assert not any(line.startswith(UPLOADS) for line in webdav.requests())
     assert c.lock() == reference.lock()
     # the remote hit filled c's local tier: the next build makes no request at all
