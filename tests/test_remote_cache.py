@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -288,7 +289,8 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     assert settings.wheel_cache.read_only is True
     shown = describe_settings(settings)
     assert "hunter2" not in shown
-    assert "wheel-cache.remote    = https://cache.example/s/" in shown
+    assert re.search(r"^wheel-cache\.remote += https://cache\.example/s/ +\(config: ", shown,
+                     re.M), shown
     assert f"(config: {config})" in shown and "(env: SGLFORGE_WHEEL_CACHE_READ_ONLY)" in shown
     env = {"SGLFORGE_WHEEL_CACHE_REMOTE": "http://other.example/c/"}
     assert load_settings(config, environ=env).wheel_cache.remote == "http://other.example/c/"
