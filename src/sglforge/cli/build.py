@@ -81,16 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_requirements)
 
 
-def add_remote_cache_options(p: argparse.ArgumentParser, *, read_only: bool = True) -> None:
-    """--no-remote-cache (and --remote-cache-read-only): the remote tier of the wheel cache,
+def add_remote_cache_options(p: argparse.ArgumentParser) -> None:
+    """--no-remote-cache and --remote-cache-read-only: the remote tier of the wheel cache,
     configured by `[wheel-cache] remote` / SGLFORGE_WHEEL_CACHE_REMOTE."""
     p.add_argument("--no-remote-cache", action="store_true",
                    help="do not use the remote wheel cache ([wheel-cache] remote): no request "
                         "is made")
-    if read_only:
-        p.add_argument("--remote-cache-read-only", action="store_true",
-                       help="read the remote wheel cache, never upload (untrusted jobs; also "
-                            "[wheel-cache] read-only, SGLFORGE_WHEEL_CACHE_READ_ONLY=1)")
+    p.add_argument("--remote-cache-read-only", action="store_true",
+                   help="read the remote wheel cache, never upload (untrusted jobs; also "
+                        "[wheel-cache] read-only, SGLFORGE_WHEEL_CACHE_READ_ONLY=1)")
 
 
 def check_compiler_cache(kind: str | None) -> None:
