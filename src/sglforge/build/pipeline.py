@@ -93,13 +93,14 @@ class BuiltWheel:
     version: str
     provenance: Provenance
     key: str
-    source: str  # "local" / "remote" (a wheel cache tier) or "built" (in this run)
+    cached: bool  # from a wheel cache tier (local or remote), not built in this run
     seconds: float
+    source: str = ""  # "local" / "remote" / "built"; empty: "local" if cached, else "built"
     uploaded: bool = False  # built here and uploaded to the remote wheel cache
 
-    @property
-    def cached(self) -> bool:
-        return self.source != "built"
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", "local" if self.cached else "built")
 
 
 @dataclass
@@ -491,7 +492,7 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
             with ctx.report.steps.step(f"{recipe.name}: upload"):
                 uploaded = ctx.remote_upload(key, entry)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
-                      read_provenance(final), key.value, source="built",
+                      read_provenance(final), key.value, cached=False,
                       seconds=time.monotonic() - started, uploaded=uploaded)
 
 
@@ -529,8 +530,8 @@ def _remote_lookup(ctx: _Context, name: str, key: BuildKey, cache: WheelCache,
     copy.write_bytes(local.wheel.read_bytes())
     entry.wheel.unlink()
     return BuiltWheel(name, copy, entry.sha256, entry.name, entry.version,
-                      read_provenance(copy), key.value, source="remote",
-                      seconds=time.monotonic() - started)
+                      read_provenance(copy), key.value, cached=True,
+                      seconds=time.monotonic() - started, source="remote")
 
 
 @dataclass(frozen=True)
@@ -611,7 +612,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                 copy = staging / hit.wheel.name
                 copy.write_bytes(hit.wheel.read_bytes())
                 built[name] = BuiltWheel(name, copy, hit.sha256, hit.name, hit.version,
-                                         read_provenance(copy), key.value, source="local",
+                                         read_provenance(copy), key.value, cached=True,
                                          seconds=time.monotonic() - started)
                 print(f"==> {name}: cached (key {key.short}) {hit.wheel.name}", flush=True)
                 continue
