@@ -172,6 +172,7 @@ def _require_toolchain_python(session: nox.Session) -> str:
 
 OPTIONS_WITH_VALUE = {"--jobs", "--mem-per-job", "--wheelhouse", "--compiler-cache", "--out",
                       "--compiler-cache-remote",
+                      "--wave", "--max-waves", "--output",  # plan --matrix
                       # global options, accepted after the verb too
                       "--project", "--config", "--cache-dir", "--build-root", "--mirror"}
 
@@ -204,11 +205,11 @@ def _selection(names: list[str]) -> tuple[list[str], bool]:
     return sorted({recipes[n].upstream for n in chosen}), torch
 
 
-def _bootstrap(session: nox.Session) -> str:
+def _bootstrap(session: nox.Session, *, fetch: bool = True) -> str:
     """Fail fast, then install: toolchain Python present, sources fetched and checked (seconds,
-    stdlib only), then a venv with sglforge and lockfiles/toolchain.lock (hash-pinned, pip.conf
-    off, torch only when a selected recipe needs it), with pip's progress bars. Returns the
-    venv's python."""
+    stdlib only; not with fetch=False), then a venv with sglforge and lockfiles/toolchain.lock
+    (hash-pinned, pip.conf off, torch only when a selected recipe needs it), with pip's
+    progress bars. Returns the venv's python."""
     python = _require_toolchain_python(session)
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from sglforge.base.errors import SglforgeError
@@ -219,9 +220,10 @@ def _bootstrap(session: nox.Session) -> str:
         lock = toolchain_lock.parse_lock(Path(ROOT, "lockfiles", "toolchain.lock"))
     except (SglforgeError, toolchain_lock.LockError) as exc:
         session.error(str(exc))
-    session.log(f"fetching and checking sources first: {', '.join(upstreams)}")
-    session.run(sys.executable, "-m", "sglforge", "fetch", *upstreams, env=SRC_ENV,
-                external=True)
+    if fetch:
+        session.log(f"fetching and checking sources first: {', '.join(upstreams)}")
+        session.run(sys.executable, "-m", "sglforge", "fetch", *upstreams, env=SRC_ENV,
+                    external=True)
     venv = os.path.join(ROOT, ".nox", f"{session.name}-toolchain")
     venv_python = os.path.join(venv, "bin", "python")
     if not _probe_python(venv_python, _toolchain_python()):
@@ -258,6 +260,7 @@ def build(session: nox.Session) -> None:
 
     -- [RECIPE...] [--jobs N] [--mem-per-job SIZE] [--compiler-cache ccache|sccache|none]
        [--compiler-cache-remote URL] [--compiler-cache-read-only]
+       [--no-remote-cache] [--remote-cache-read-only] [--no-check]
     Order: toolchain Python check, source fetch, toolchain install (.nox/build-toolchain), build.
     """
     python = _bootstrap(session)
@@ -265,14 +268,31 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+def matrix(session: nox.Session) -> None:
+    """Print the CI build jobs missing from the wheel cache as JSON.
+
+    `sglforge plan --matrix` in the build toolchain's venv (content keys need its
+    fingerprint): -- [--wave N] [--max-waves N] [--output FILE] [--no-remote-cache].
+    Sources are not fetched. README "Many hosts"; ci/github-actions.yml uses it.
+    """
+    python = _bootstrap(session, fetch=False)
+    session.run(python, "-m", "sglforge", "plan", "--matrix", *session.posargs, external=True)
+
+
+@nox.session(python=False, default=False)
 def verify(session: nox.Session) -> None:
     """Rebuild from scratch and compare sha256 with wheels/manifest.json.
 
-    -- [RECIPE...] [--out DIR]
+    -- [RECIPE...] [--out DIR] [--from-lock]
+    --from-lock: expected digests from lockfiles/wheels.lock, wheels/ not needed (a fresh
+    checkout on another machine: the guard against a poisoned shared wheel cache).
     """
-    manifest = os.path.join(ROOT, "wheels", "manifest.json")
-    if not os.path.isfile(manifest):
-        session.error(f"{manifest} does not exist: nothing to verify (run `nox -s build` "
+    if "--from-lock" in session.posargs:
+        reference = os.path.join(ROOT, "lockfiles", "wheels.lock")
+    else:
+        reference = os.path.join(ROOT, "wheels", "manifest.json")
+    if not os.path.isfile(reference):
+        session.error(f"{reference} does not exist: nothing to verify (run `nox -s build` "
                       "first); nothing was installed")
     python = _bootstrap(session)
     session.run(python, "-m", "sglforge", "verify", *session.posargs, external=True)

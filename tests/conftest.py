@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.gitrepos import World
+from tests.fixtures.webdav_server import webdav, webdav_auth  # noqa: F401 (fixtures)
 
 
 def _missing_cuda_tools() -> list[str]:

@@ -34,7 +34,8 @@ def test_bad_runtime_pins_name_file_and_line(tmp_path):
     with pytest.raises(ConfigErrors) as err:
         read_runtime_lock(lock, {"sglang-kernel"})
     problems = err.value.problems
-    assert problems[0].startswith("line 1: 'torch>=2.13") and "not an exact `name==version" in problems[0]
+    assert problems[0].startswith("line 1: 'torch>=2.13")
+    assert "not an exact `name==version" in problems[0]
     assert problems[1].startswith("line 2: uvicorn has no --hash=sha256:<64 hex>")
     assert "line 3: sglang-kernel is built by sglforge" in problems[2]
     assert str(lock) in str(err.value)

@@ -78,6 +78,11 @@ NOT_RUN: dict[str, str] = {
     "nox -s lock-runtime -- --check": "tests/test_runtime_lock.py checks staleness",
     "nox -s lock-runtime -- --metadata 'DIR/*.METADATA' --note 'where they came from'":
         "resolves against PyPI",
+    "nox -s build -- --no-remote-cache": "a full CUDA build; tests/test_remote_cache.py",
+    "nox -s build -- --remote-cache-read-only": "a full CUDA build; tests/test_remote_cache.py",
+    "nox -s verify -- --from-lock": "rebuilds every wheel; tests/test_remote_cache.py runs it",
+    "nox -s matrix -- --output matrix.json":
+        "installs the build toolchain; tests/test_remote_cache.py runs `plan --matrix`",
     "nox -s check": "needs built wheels; tests/test_check.py builds fixture stacks",
     "nox -s check -- --wheels DIR --runtime-lock F": "needs a wheel set; tests/test_check.py",
     "nox -s check -- --python 3.12 --torch 2.13.0": "needs built wheels; tests/test_check.py",

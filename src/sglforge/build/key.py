@@ -8,8 +8,24 @@ compiler cache, mirrors, where sglforge itself is checked out.
 Where the build interpreter lives (its prefix and base prefix: `.nox/build`, `.nox/verify`)
 is not in the content key stamped into the wheel, because the bytes do not depend on it: it
 is prefix-mapped in every compile and a wheel containing it fails the build
-(build/prefixmap.py, wheel/leaks.py). It is in the wheel *cache* key (`cache_value`), so a
-cache entry is only ever served to the interpreter location it was built from.
+(build/prefixmap.py, wheel/leaks.py). It is in the local wheel *cache* key (`cache_value`),
+so a local cache entry is only ever served to the interpreter location it was built from.
+
+The remote (shared) tier is keyed by `remote_value`: the content key plus the interpreter's
+ABI (`SOABI`, e.g. `cpython-312-x86_64-linux-gnu`, which also tells a free-threaded build
+apart; the version and platform are already in the toolchain fingerprint), and NOT its
+location. The location cannot be in it: every runner has its own checkout and therefore its
+own `.nox/build-toolchain`, so a location-keyed entry would never be hit by another host.
+Leaving it out is sound because a wheel's bytes do not depend on it (the prefix maps and the
+leak scan above; `nox -s realcheck` and tests/test_reproducible_paths.py build from two
+interpreter locations and compare bytes), and because the remote tier never trusts an entry
+by its address alone: the downloaded wheel must match `entry.json`'s sha256 and its stamped
+`content_key` must be the key looked up (build/wheelcache.py). What the content key does
+hold still has to match across hosts: the pins, series, recipe, toolchain fingerprint
+(nvcc, compiler, cmake, Python, build requirements, torch) and the build root — CI runners
+therefore use the same toolchain image and the same `build-root`. `nox -s verify --
+--from-lock` is the guard against a poisoned entry: it rebuilds with no cache at all and
+compares with `lockfiles/wheels.lock`.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +60,21 @@ class BuildKey:
         """The wheel cache's key: the content key plus where the build interpreter lives."""
         where = {"key": self.value, "prefix": sys.prefix, "base_prefix": sys.base_prefix}
         return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def remote_value(self) -> str:
+        """The remote tier's key: the content key plus the interpreter's ABI, not its
+        location (module docstring)."""
+        return remote_key(self.value)
+
+
+def interpreter_abi() -> str:
+    return str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag)
+
+
+def remote_key(content_key: str, abi: str | None = None) -> str:
+    where = {"key": content_key, "abi": abi or interpreter_abi(), "tier": "remote"}
+    return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()
 
 
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,

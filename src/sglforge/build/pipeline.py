@@ -3,7 +3,8 @@
 The pipeline, one named step each, with timings printed at the end:
   load      lockfile, toolchain, recipes, patch series; check the build interpreter
   key       content key per wheel (dependencies first)
-  per wheel (cache hit: copy from the wheel cache and stop)
+  per wheel (local cache hit: copy from the wheel cache and stop; else remote cache hit:
+             download, verify, fill the local tier and stop)
     fetch     pinned sources into the source cache (mirrors apply)
     prepare   export the upstream at <build-root>/src/<upstream>, apply the series;
               export FetchContent sources at <build-root>/deps/<name>
@@ -12,6 +13,7 @@ The pipeline, one named step each, with timings printed at the end:
     audit     cuobjdump: required SASS in every device-code ELF
     leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
+    upload    into the remote wheel cache, unless read-only (build/wheelcache.py)
   --dev RECIPE (build/devtree.py): that recipe's tree and build directory persist between
             builds; prepare syncs a strict export + series into them (only changed files are
             written); the wheel is labelled `.dev`, never stored in the wheel cache, and goes
@@ -48,7 +50,7 @@ from sglforge.build import compiler_cache, environment, prefixmap
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
-from sglforge.build.wheelcache import WheelCache
+from sglforge.build.wheelcache import CacheEntry, RemoteRefused, RemoteWheelCache, WheelCache
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
@@ -82,7 +84,9 @@ class BuildOptions:
     jobs: int | None = None
     mem_per_job: int | None = None
     compiler_cache: compiler_cache.CompilerCache | None = None  # verify: always None
-    use_wheel_cache: bool = True
+    use_wheel_cache: bool = True  # False: no wheel cache at all, local or remote
+    use_remote_cache: bool = True  # False (--no-remote-cache): the local tier only
+    remote_read_only: bool = False  # True (--remote-cache-read-only): never upload
     wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
     out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
     progress_interval: float = 30.0
@@ -99,10 +103,16 @@ class BuiltWheel:
     version: str
     provenance: Provenance
     key: str
-    cached: bool
+    cached: bool  # from a wheel cache tier (local or remote), not built in this run
     seconds: float
     cache_stats: compiler_cache.CacheStats | None = None  # ccache, for a wheel built here
     dev: bool = False
+    source: str = ""  # "local" / "remote" / "built"; empty: "local" if cached, else "built"
+    uploaded: bool = False  # built here and uploaded to the remote wheel cache
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", "local" if self.cached else "built")
 
 
 @dataclass
@@ -316,6 +326,20 @@ class _Context:
     report: BuildReport
     cuobjdump: Path | None = None
     libraries: audit.LibraryWorld | None = None
+    remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
+
+    def remote_upload(self, key: BuildKey, entry: CacheEntry) -> bool:
+        """Upload a wheel built in this run; a failure is a warning (the build succeeded)."""
+        assert self.remote is not None
+        try:
+            self.remote.upload(key.remote_value, entry)
+        except SglforgeError as exc:
+            print(f"    warning: not uploaded to the remote wheel cache: {exc}", flush=True)
+            return False
+        print(f"    uploaded to the remote wheel cache "
+              f"{self.remote.store.url_of(self.remote.entry_prefix(key.remote_value))}/",
+              flush=True)
+        return True
 
 
 @dataclass
@@ -588,25 +612,108 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     final, info = job.final, job.info
     assert final is not None and info is not None
     digest = sha256_file(final)
+    uploaded = False
     if ctx.options.use_wheel_cache and not dev:  # a dev wheel is never served as a release
-        WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest, info.name,
-                                                 info.version)
+        entry = WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest,
+                                                         info.name, info.version)
+        if ctx.remote is not None and not ctx.remote.store.read_only:
+            with ctx.report.steps.step(f"{recipe.name}: upload"):
+                uploaded = ctx.remote_upload(key, entry)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
                       read_provenance(final), key.value, cached=False,
                       seconds=time.monotonic() - started, cache_stats=job.cache_stats,
-                      dev=dev)
+                      dev=dev, uploaded=uploaded)
+
+
+def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache | None:
+    """The remote wheel cache this run uses (None: not configured or switched off)."""
+    from sglforge.base.remotestore import RemoteStore
+
+    url = settings.wheel_cache.remote
+    if not url or not options.use_wheel_cache or not options.use_remote_cache:
+        return None
+    read_only = settings.wheel_cache.read_only or options.remote_read_only
+    return RemoteWheelCache(RemoteStore.from_url(url, read_only=read_only))
+
+
+def _remote_lookup(ctx: _Context, name: str, key: BuildKey, cache: WheelCache,
+                   staging: Path) -> BuiltWheel | None:
+    """A verified remote hit, copied into the local tier; None on a miss or a refusal."""
+    assert ctx.remote is not None
+    started = time.monotonic()
+    try:
+        with ctx.report.steps.step(f"{name}: remote cache"):
+            entry = ctx.remote.fetch(key.remote_value, key.value, staging / ".remote")
+    except RemoteRefused as exc:
+        print(f"    warning: remote wheel cache entry refused, rebuilding: {exc}", flush=True)
+        return None
+    except SglforgeError as exc:
+        print(f"    warning: remote wheel cache unavailable, continuing without it: {exc}",
+              flush=True)
+        ctx.remote = None
+        return None
+    if entry is None:
+        return None
+    local = cache.store(key.cache_value, entry.wheel, entry.sha256, entry.name, entry.version)
+    entry.wheel.unlink()
+    return BuiltWheel(name, local.wheel, entry.sha256, entry.name, entry.version,
+                      read_provenance(local.wheel), key.value, cached=True,
+                      seconds=time.monotonic() - started, source="remote")
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What the `load` step reads: the selected recipes in build order and their inputs."""
+
+    lock: Lockfile
+    toolchain: Toolchain
+    recipes: dict[str, Recipe]
+    order: list[str]
+    series: dict[str, PatchSeries]
+    cuda: CudaToolkit | None
+    tool: ToolchainFingerprint
+
+    def keys(self, build_root: Path) -> dict[str, BuildKey]:
+        """The content key of every selected recipe, dependencies first (each key holds its
+        dependencies' keys, so all are known before anything is built)."""
+        keys: dict[str, BuildKey] = {}
+        for name in self.order:
+            recipe = self.recipes[name]
+            keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
+                                     build_root, {d: keys[d].value for d in recipe.depends})
+        return keys
+
+
+def load_inputs(project: Project, settings: Settings,
+                names: tuple[str, ...] | list[str] = ()) -> BuildInputs:
+    """Lockfile, toolchain, recipes (`names` + dependencies; all when empty), series, CUDA, and
+    the build interpreter's fingerprint (checked against the toolchain pins; the tools'
+    `--version` outputs come from `<cache-dir>/toolchain-versions.json` while their stat
+    stamps hold)."""
+    lock = parse_lockfile(project.lockfile)
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    wanted = select(recipes, list(names))
+    order = build_order({n: recipes[n].depends for n in wanted})
+    series = {n: load_series(project, recipes[n].upstream) for n in order}
+    versions = VersionCache(settings.cache_dir / "toolchain-versions.json")
+    cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order),
+                     versions=versions)
+    tool = fingerprint(toolchain, cuda, sorted({r for n in order
+                                                for r in recipes[n].build_requires}),
+                       environment.search_path(cuda.home if cuda else None),
+                       versions=versions)
+    versions.save()
+    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     cache = options.compiler_cache
     report = BuildReport(compiler_cache=cache.describe() if cache else None)
     with report.steps.step("load"):
-        lock = parse_lockfile(project.lockfile)
-        toolchain = load_toolchain(project.toolchain)
-        recipes = load_recipes(project.recipes_dir, lock, toolchain)
-        wanted = select(recipes, list(options.names))
-        order = build_order({n: recipes[n].depends for n in wanted})
-        series = {n: load_series(project, recipes[n].upstream) for n in order}
+        inputs = load_inputs(project, settings, options.names)
+        lock, toolchain, recipes = inputs.lock, inputs.toolchain, inputs.recipes
+        order, series, cuda, tool = inputs.order, inputs.series, inputs.cuda, inputs.tool
         for name in order:
             if recipes[name].isolation and options.wheelhouse is None:
                 raise SglforgeError(f"{recipes[name].path}: isolation = true needs --wheelhouse "
@@ -616,19 +723,11 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                                       isolated=(cache is not None and cache.kind == "sccache"
                                                 and bool(environment.network_isolation())))
         dev_name = check_dev_names(options.names) if options.dev else None
-        versions = VersionCache(settings.cache_dir / "toolchain-versions.json")
-        cuda = find_cuda(toolchain, required=any(recipes[n].cuda_archs for n in order),
-                         versions=versions)
-        tool = fingerprint(toolchain, cuda, sorted({r for n in order
-                                                    for r in recipes[n].build_requires}),
-                           environment.search_path(cuda.home if cuda else None),
-                           versions=versions)
-        versions.save()
 
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
-                   report)
+                   report, remote=remote_tier(settings, options))
     root.path.mkdir(parents=True, exist_ok=True)
     publish = options.out_dir is None and (dev_name is None or options.publish_dev)
     out_dir = options.out_dir or (project.wheels_dir if publish else root.dev_wheels)
@@ -638,17 +737,17 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         staging = root.staging
         remove_tree(staging)
         staging.mkdir(parents=True)
-        keys: dict[str, BuildKey] = {}
+        keys = inputs.keys(root.path)
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
         if report.compiler_cache:
             print(f"compiler cache: {report.compiler_cache}")
+        if ctx.remote is not None:
+            mode = " (read-only)" if ctx.remote.store.read_only else ""
+            print(f"remote wheel cache {ctx.remote.store.url}{mode}")
         for name in order:
-            recipe = recipes[name]
-            key = compute_key(recipe, lock, series[name], tool, root.path,
-                              {d: keys[d].value for d in recipe.depends})
-            keys[name] = key
+            recipe, key = recipes[name], keys[name]
             started = time.monotonic()
             hit = cache.lookup(key.cache_value) if options.use_wheel_cache else None
             if hit is not None:  # read in place: publishing copies it only where it changed
@@ -660,6 +759,13 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                     print("    --dev: a release build of this exact series is in the wheel "
                           "cache; using it (no dev build)", flush=True)
                 continue
+            if ctx.remote is not None:
+                fetched = _remote_lookup(ctx, name, key, cache, staging)
+                if fetched is not None:
+                    built[name] = fetched
+                    print(f"==> {name}: cached, from the remote cache (key {key.short}) "
+                          f"{fetched.path.name}", flush=True)
+                    continue
             deps = [built[d] for d in recipe.depends]
             built[name] = _build_one(ctx, recipe, series[name], key, deps, staging,
                                      dev=name == dev_name)
@@ -678,11 +784,18 @@ def summarize(report: BuildReport) -> str:
     lines = ["", "summary:"]
     width = max((len(w.recipe) for w in report.wheels), default=0)
     for wheel in report.wheels:
-        state = "cached" if wheel.cached else f"built {wheel.seconds:6.1f}s"
-        lines.append(f"  {wheel.recipe:<{width}}  {state:<14} {wheel.path.name}  "
+        if wheel.cached:
+            state = f"cached ({wheel.source})"
+        else:
+            state = f"built {wheel.seconds:6.1f}s" + (", uploaded" if wheel.uploaded else "")
+        lines.append(f"  {wheel.recipe:<{width}}  {state:<24} {wheel.path.name}  "
                      f"sha256:{wheel.sha256[:16]}")
         if wheel.cache_stats is not None:
             lines.append(f"  {'':<{width}}  {wheel.cache_stats.describe()}")
+    counts = {s: sum(w.source == s for w in report.wheels) for s in ("local", "remote", "built")}
+    uploaded = sum(w.uploaded for w in report.wheels)
+    lines.append(f"wheel cache: {counts['local']} from the local cache, {counts['remote']} "
+                 f"from the remote cache, {counts['built']} built ({uploaded} uploaded)")
     if report.compiler_cache:
         lines.append(f"compiler cache: {report.compiler_cache}")
     lines.append("steps:")

@@ -83,3 +83,81 @@ def _build_steps(project: Project, lock: Lockfile) -> list[str]:
         lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{after})")
     lines.append("post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# `plan --matrix`: the build jobs a CI system still has to run
+
+MATRIX_FORMAT = 1
+
+
+def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True) -> dict:
+    """The recipes whose wheels are missing from the wheel cache, as CI jobs.
+
+    Content keys are computed exactly as `sglforge build` computes them, so this needs the
+    build host's toolchain (the fingerprint: nvcc, compiler, cmake, Python, build requirements,
+    torch) and the same build root. "Cached" means: in the remote tier when one is configured
+    (what other runners can see; entry.json present — the build verifies it when it downloads
+    it), else in this host's local tier. A recipe is missing when its own entry is missing;
+    since its key holds its dependencies' keys, a new dependency key makes it missing too.
+    `needs` lists the missing recipes among its (transitive) dependencies: its job runs after
+    theirs and gets their wheels from the remote cache. `wave` is the DAG level among the
+    missing recipes (0: needs nothing), for CI systems without intra-matrix ordering.
+    """
+    from sglforge.build.pipeline import BuildOptions, load_inputs, remote_tier
+    from sglforge.build.wheelcache import WheelCache
+
+    inputs = load_inputs(project, settings)
+    keys = inputs.keys(settings.build_root)
+    remote = remote_tier(settings, BuildOptions(use_remote_cache=use_remote))
+    local = WheelCache(settings.cache_dir)
+
+    def cached(name: str) -> bool:
+        if remote is not None:
+            return remote.has(keys[name].remote_value)
+        return local.lookup(keys[name].cache_value) is not None
+
+    missing = {name for name in inputs.order if not cached(name)}
+    closure: dict[str, set[str]] = {}
+    for name in inputs.order:  # dependencies first
+        deps = set(inputs.recipes[name].depends)
+        closure[name] = deps.union(*(closure[d] for d in deps))
+    build, waves = [], {}
+    for name in inputs.order:
+        if name not in missing:
+            continue
+        recipe = inputs.recipes[name]
+        needs = sorted(closure[name] & missing)
+        waves[name] = 1 + max((waves[n] for n in needs), default=-1)
+        build.append({"recipe": name, "upstream": recipe.upstream, "key": keys[name].value,
+                      "needs": needs, "cuda_archs": list(recipe.cuda_archs),
+                      "wave": waves[name]})
+    levels = [{"include": [job for job in build if job["wave"] == level]}
+              for level in range(1 + max(waves.values(), default=-1))]
+    archs = sorted({a for n in inputs.order for a in inputs.recipes[n].cuda_archs})
+    return {
+        "format": MATRIX_FORMAT,
+        "cache": f"remote {remote.store.url}" if remote else f"local {local.root}",
+        "build": build,
+        "cached": [{"recipe": n, "key": keys[n].value} for n in inputs.order
+                   if n not in missing],
+        "waves": levels,
+        "assemble": {"needs": [job["recipe"] for job in build], "recipes": inputs.order,
+                     "run": ["sglforge build", "sglforge check", "publish"]},
+        "smoke": {"needs": ["assemble"], "cuda_archs": archs},
+    }
+
+
+def render_matrix(matrix: dict, *, wave: int | None = None, max_waves: int | None = None) -> str:
+    """One line of JSON (sorted keys): the whole matrix, or wave N in GitHub's
+    `strategy.matrix` form (`{"include": [...]}`, empty past the last wave)."""
+    import json
+
+    from sglforge.base.errors import SglforgeError
+
+    levels = matrix["waves"]
+    if max_waves is not None and len(levels) > max_waves:
+        raise SglforgeError(f"plan --matrix: the missing recipes need {len(levels)} waves, more "
+                            f"than --max-waves {max_waves} (add build-wave jobs to the workflow)")
+    data = matrix if wave is None else (levels[wave] if wave < len(levels) else {"include": []})
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -4,6 +4,14 @@ From scratch means: the build root wiped, sources exported afresh, the wheel cac
 compiler cache off, outputs written to a separate directory (never into wheels/). The same
 build root is used on purpose: nvcc output depends on absolute paths. On a mismatch the
 differing members are named and diffoscope runs where installed.
+
+`--from-lock` takes the expected digests from `lockfiles/wheels.lock` instead (wheels/ need
+not exist: a fresh checkout on another machine): every wheel the lock pins in its own section
+(above the third-party runtime pins) is rebuilt — with no wheel cache, local or remote, and
+no compiler cache — and its sha256 compared with the lock's. That is the guard against a
+poisoned shared cache: the lock published from cache hits must be reproducible from source
+by a host that never saw the cache. Recipes are matched to lock entries through
+wheels/manifest.json when present, else by name (recipe name = distribution name).
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
+from sglforge.base.requirements import canonical_name, parse_pinned
+from sglforge.base.tomlfile import read_input_text
 from sglforge.build.pipeline import BuildOptions, run_build
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
-from sglforge.wheel.outputs import MANIFEST, load_manifest
+from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
 from sglforge.wheel.provenance import dev_build_problem
 
 
@@ -69,43 +79,103 @@ def run_diffoscope(a: Path, b: Path, report: Path) -> Path | None:
     return report
 
 
-def run_verify(project: Project, settings: Settings, options: BuildOptions,
-               out_dir: Path) -> list[Comparison]:
-    reference_dir = project.wheels_dir
-    expected = {e["recipe"]: e for e in load_manifest(reference_dir / MANIFEST) if "recipe" in e}
+def expected_from_manifest(project: Project) -> dict[str, dict]:
+    """recipe -> {"file", "sha256"} from wheels/manifest.json."""
+    path = project.wheels_dir / MANIFEST
+    expected = {e["recipe"]: {"file": e["file"], "sha256": e["sha256"],
+                              "provenance": e.get("provenance")}
+                for e in load_manifest(path) if "recipe" in e}
     if not expected:
-        raise SglforgeError(f"{reference_dir / MANIFEST}: no built wheels to verify; run "
-                            "`nox -s build` first")
+        raise SglforgeError(f"{path}: no built wheels to verify; run `nox -s build` first")
+    return expected
+
+
+def expected_from_lock(project: Project) -> dict[str, dict]:
+    """recipe -> {"file": "name==version", "sha256", "version"} from lockfiles/wheels.lock's
+    own section; the manifest (when present) maps names to recipes."""
+    path = project.wheels_lock
+    if not path.is_file():
+        raise SglforgeError(f"{path}: not found; --from-lock needs the lock a build published")
+    own = read_input_text(path).split(RUNTIME_MARKER)[0]
+    pins, problems = parse_pinned(own)
+    if problems:
+        raise SglforgeError(f"{path}: {problems[0]}")
+    if not pins:
+        raise SglforgeError(f"{path}: pins no wheel built by sglforge")
+    manifest = {canonical_name(e["name"]): e
+                for e in load_manifest(project.wheels_dir / MANIFEST) if "recipe" in e}
+    by_name = {name: e["recipe"] for name, e in manifest.items()}
+    recipes = {canonical_name(p.stem): p.stem for p in project.recipes_dir.glob("*.toml")
+               if not p.stem.startswith("_")}
+    expected = {}
+    for pin in pins:
+        recipe = by_name.get(pin.name) or recipes.get(pin.name)
+        if recipe is None:
+            raise SglforgeError(f"{path}: line {pin.line}: {pin.name} is built by no recipe in "
+                                f"{project.recipes_dir}")
+        listed = manifest.get(pin.name) or {}
+        expected[recipe] = {"file": f"{pin.name}=={pin.version}", "sha256": pin.hashes[0],
+                            "version": pin.version, "name": pin.name,
+                            "provenance": listed.get("provenance")
+                            if listed.get("sha256") == pin.hashes[0] else None}
+    return expected
+
+
+def _reference(project: Project, sha256: str) -> Path | None:
+    """A wheel in wheels/ with this digest (to name differing members), if there is one."""
+    for entry in load_manifest(project.wheels_dir / MANIFEST):
+        path = project.wheels_dir / entry["file"]
+        if entry["sha256"] == sha256 and path.is_file():
+            return path
+    return None
+
+
+def run_verify(project: Project, settings: Settings, options: BuildOptions,
+               out_dir: Path, *, from_lock: bool = False) -> list[Comparison]:
+    reference_dir = project.wheels_dir
+    source = project.wheels_lock if from_lock else reference_dir / MANIFEST
+    expected = expected_from_lock(project) if from_lock else expected_from_manifest(project)
     names = list(options.names) or sorted(expected)
     missing = [n for n in names if n not in expected]
     if missing:
-        raise SglforgeError(f"not in {reference_dir / MANIFEST}: {', '.join(missing)}")
+        raise SglforgeError(f"not in {source}: {', '.join(missing)}")
     for name in names:  # a dev wheel is incremental: there is nothing to reproduce
         problem = dev_build_problem(expected[name].get("provenance"),
-                                    f"{reference_dir / expected[name]['file']}")
+                                    f"{expected[name]['file']}")
         if problem:
             raise SglforgeError(f"verify: {problem}")
     if out_dir.resolve() == reference_dir.resolve():
         raise SglforgeError("verify writes to a separate directory, not wheels/")
-    print(f"verify: wiping build root {settings.build_root}; wheel and compiler caches off")
+    print(f"verify: wiping build root {settings.build_root}; wheel caches (local and remote) "
+          f"and compiler cache off; expected digests from {source}")
     remove_tree(settings.build_root)
     remove_tree(out_dir)
     report = run_build(project, settings, replace(
-        options, names=tuple(names), use_wheel_cache=False, compiler_cache=None,
-        out_dir=out_dir))
+        options, names=tuple(names), use_wheel_cache=False, use_remote_cache=False,
+        compiler_cache=None, out_dir=out_dir))
     results = []
     for wheel in report.wheels:
         if wheel.recipe not in expected:
             continue  # a dependency built along the way but not in the manifest
         ref = expected[wheel.recipe]
-        result = Comparison(wheel.recipe, ref["file"], ref["sha256"], wheel.sha256)
+        actual = wheel.sha256
+        if "version" in ref and (canonical_name(wheel.name), wheel.version) != (
+                ref["name"], ref["version"]):
+            actual = f"{wheel.sha256} ({canonical_name(wheel.name)}=={wheel.version})"
+        result = Comparison(wheel.recipe, ref["file"], ref["sha256"], actual)
         if not result.ok:
-            ref_path = reference_dir / ref["file"]
+            ref_path = reference_dir / ref["file"] if not from_lock else _reference(
+                project, ref["sha256"])
             rebuilt = out_dir / wheel.path.name
-            members = differing_members(ref_path, rebuilt) if ref_path.is_file() else [
-                f"(reference {ref_path} is gone)"]
-            diff = run_diffoscope(ref_path, rebuilt, out_dir / f"diffoscope-{wheel.recipe}.txt"
-                                  ) if ref_path.is_file() else None
+            if ref_path is not None and ref_path.is_file():
+                members = differing_members(ref_path, rebuilt)
+                diff = run_diffoscope(ref_path, rebuilt,
+                                      out_dir / f"diffoscope-{wheel.recipe}.txt")
+            else:
+                members = [f"(no wheel with sha256 {ref['sha256'][:16]}… in {reference_dir} to "
+                           "compare members with)" if from_lock
+                           else f"(reference {ref_path} is gone)"]
+                diff = None
             result = replace(result, differing_members=tuple(members), diffoscope_report=diff)
         results.append(result)
     return results
@@ -118,7 +188,7 @@ def render(results: list[Comparison]) -> str:
             lines.append(f"  identical  {r.file}  sha256:{r.expected[:16]}")
             continue
         lines.append(f"  DIFFERS    {r.file}: expected sha256:{r.expected[:16]}, rebuilt "
-                     f"sha256:{r.actual[:16]}")
+                     f"sha256:{r.actual[:16]}{r.actual[64:]}")
         lines += [f"      member: {m}" for m in r.differing_members]
         if r.diffoscope_report:
             lines.append(f"      diffoscope report: {r.diffoscope_report}")

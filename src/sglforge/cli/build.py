@@ -69,19 +69,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compiler-cache-read-only", action="store_true", default=None,
                    help="read the remote cache, never write it (untrusted CI jobs)")
     p.add_argument("--no-wheel-cache", action="store_true",
-                   help="rebuild even when a wheel with the same content key is cached")
+                   help="rebuild even when a wheel with the same content key is cached "
+                        "(local or remote)")
+    add_remote_cache_options(p)
     p.add_argument("--dev", action="store_true",
                    help="incremental build of ONE recipe: keep its tree and build directory "
                         "between builds; the wheel is labelled .dev and goes to "
                         "<build-root>/dev-wheels/ (verify and the smoke refuse it)")
     p.add_argument("--publish-dev", action="store_true",
                    help="with --dev: write the dev wheel into wheels/ and the lock anyway")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the stack check at the end (a CI job building part of the set; "
+                        "the assemble job checks the whole set)")
     p.set_defaults(func=run_build_verb)
 
     p = subparsers.add_parser("verify", help="rebuild from scratch and compare sha256 per wheel")
     _common(p)
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="where the rebuilt wheels go (default: a temporary directory)")
+    p.add_argument("--from-lock", action="store_true",
+                   help="expected digests from lockfiles/wheels.lock (wheels/ need not exist); "
+                        "guards the shared wheel cache")
     p.set_defaults(func=run_verify_verb)
 
     p = subparsers.add_parser("build-requirements",
@@ -89,6 +97,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", default=[], metavar="RECIPE",
                    help="recipes (default: all)")
     p.set_defaults(func=run_requirements)
+
+
+def add_remote_cache_options(p: argparse.ArgumentParser) -> None:
+    """--no-remote-cache and --remote-cache-read-only: the remote tier of the wheel cache,
+    configured by `[wheel-cache] remote` / SGLFORGE_WHEEL_CACHE_REMOTE."""
+    p.add_argument("--no-remote-cache", action="store_true",
+                   help="do not use the remote wheel cache ([wheel-cache] remote): no request "
+                        "is made")
+    p.add_argument("--remote-cache-read-only", action="store_true",
+                   help="read the remote wheel cache, never upload (untrusted jobs; also "
+                        "[wheel-cache] read-only, SGLFORGE_WHEEL_CACHE_READ_ONLY=1)")
 
 
 def check_compiler_cache(settings: Settings) -> CompilerCache | None:
@@ -129,21 +148,26 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
         check_dev_names(tuple(args.names))
     options = _options(args, compiler_cache=cache, use_wheel_cache=not args.no_wheel_cache,
+                       use_remote_cache=not args.no_remote_cache,
+                       remote_read_only=args.remote_cache_read_only,
                        dev=args.dev, publish_dev=args.publish_dev)
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
-    if args.dev and not args.publish_dev:
-        from sglforge.base.buildroot import BuildRoot
+    from sglforge.base.buildroot import BuildRoot
 
-        out = BuildRoot(ctx.settings.build_root).dev_wheels
-        print(f"wrote {out / 'manifest.json'} (dev build: wheels/ and the lock unchanged)")
+    root = BuildRoot(ctx.settings.build_root)
+    if args.dev and not args.publish_dev:
+        print(f"wrote {root.dev_wheels / 'manifest.json'} (dev build: wheels/ and the lock "
+              "unchanged)")
         return 0
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
-    from sglforge.base.buildroot import BuildRoot
+    if args.no_check:
+        print("stack check skipped (--no-check)")
+        return 0
     from sglforge.cli.check import check_or_fail
 
     # the published set must fit together (DESIGN "Coherence"); a no-op reuses the last result
-    return check_or_fail(project, reuse=BuildRoot(ctx.settings.build_root).check_result)
+    return check_or_fail(project, reuse=root.check_result)
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
@@ -151,7 +175,8 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
     check_recipes(args.names, ctx.project.recipes_dir)
     out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
-    results = run_verify(ctx.project, ctx.settings, _options(args), out)
+    results = run_verify(ctx.project, ctx.settings, _options(args), out,
+                         from_lock=args.from_lock)
     print(render(results))
     bad = [r for r in results if not r.ok]
     if bad:

@@ -29,7 +29,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_fetch)
 
     p = subparsers.add_parser("plan", help="print pins, patch series and build steps (offline)")
+    p.add_argument("--matrix", action="store_true",
+                   help="print the build jobs still missing from the wheel cache as JSON, for "
+                        "CI (needs the build host's toolchain)")
+    p.add_argument("--wave", type=_wave, metavar="N",
+                   help="with --matrix: only DAG level N, as GitHub's {\"include\": [...]}")
+    p.add_argument("--max-waves", type=_wave, metavar="N",
+                   help="with --matrix: an error when the missing recipes need more than N waves")
+    p.add_argument("--output", type=Path, metavar="FILE",
+                   help="with --matrix: write the JSON to FILE instead of stdout")
+    p.add_argument("--no-remote-cache", action="store_true",
+                   help="with --matrix: check the local wheel cache, not the remote one")
     p.set_defaults(func=run_plan)
+
+
+def _wave(text: str) -> int:
+    if not text.isdigit() or int(text) > 1000:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a whole number "
+                                         "from 0 to 1000")
+    return int(text)
 
 
 def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
@@ -67,5 +85,22 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
 
 def run_plan(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    print(plan.render_plan(ctx.project, ctx.settings))
+    from sglforge.base.errors import SglforgeError
+
+    matrix_only = [f for f, v in (("--wave", args.wave is not None), ("--output", args.output),
+                                  ("--max-waves", args.max_waves is not None),
+                                  ("--no-remote-cache", args.no_remote_cache)) if v]
+    if not args.matrix:
+        if matrix_only:
+            raise SglforgeError(f"plan: {', '.join(matrix_only)} need --matrix")
+        print(plan.render_plan(ctx.project, ctx.settings))
+        return 0
+    matrix = plan.build_matrix(ctx.project, ctx.settings, use_remote=not args.no_remote_cache)
+    text = plan.render_matrix(matrix, wave=args.wave, max_waves=args.max_waves)
+    if args.output:
+        from sglforge.base.fs import atomic_write_text
+
+        atomic_write_text(args.output, text + "\n")
+    else:
+        print(text)
     return 0

@@ -23,6 +23,13 @@ entries replace the file's for the same prefix.
                                             #   build --compiler-cache-remote (password masked)
     read-only = true                        # SGLFORGE_COMPILER_CACHE_READ_ONLY (1/0, true/false),
                                             #   build --compiler-cache-read-only
+    [wheel-cache]                           # the remote tier of the wheel cache
+    remote = "https://cache.example/sglforge/"  # SGLFORGE_WHEEL_CACHE_REMOTE (WebDAV)
+    read-only = true                        # SGLFORGE_WHEEL_CACHE_READ_ONLY; untrusted jobs
+
+`[wheel-cache]` is read by its own declaration (`WheelCacheSettings`, `_wheel_cache_layer`);
+its origins are named `wheel-cache.remote` / `wheel-cache.read-only`. The remote URL is
+checked when loaded (`base.remotestore.url_problem`) and shown without credentials.
 """
 
 from __future__ import annotations
@@ -73,6 +80,17 @@ class CompilerCacheSettings:
 
 
 @dataclass(frozen=True)
+class WheelCacheSettings:
+    """`[wheel-cache]`: the remote (shared) tier of the content-keyed wheel cache."""
+
+    remote: str | None = key("remote", default=None, env="SGLFORGE_WHEEL_CACHE_REMOTE",
+                             doc="WebDAV URL of the shared wheel cache (http/https)")
+    read_only: bool = key("read-only", "bool", default=False,
+                          env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
+                          doc="read the remote tier, never upload (untrusted jobs)")
+
+
+@dataclass(frozen=True)
 class Settings:
     # one declaration per key: TOML name, environment variable, default (tomlfile.key)
     cache_dir: Path = key("cache-dir", env="SGLFORGE_CACHE_DIR",  # noqa: RUF009
@@ -85,6 +103,7 @@ class Settings:
                                         "(default: /proc/meminfo MemAvailable)")
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
     compiler_cache: CompilerCacheSettings = field(default_factory=CompilerCacheSettings)
+    wheel_cache: WheelCacheSettings = field(default_factory=WheelCacheSettings)
     config_path: Path | None = None
     # key ("cache-dir", ...) or "mirror <prefix>" -> "default", "config: <file>",
     # "env: SGLFORGE_…", "cli: --…"
@@ -267,9 +286,77 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror], dict[str, Any
             continue
         mirrors.append(Mirror(upstream, mirror))
     cache_layer, cache_present = _cache_table(reader, text)
+    wheel_cache = _wheel_cache_file_layer(reader, problems, text)
+    if wheel_cache:
+        layer["wheel_cache"] = wheel_cache
     reader.finish()
     problems.raise_if_any()
     return layer, mirrors, cache_layer, cache_present
+
+
+# --- [wheel-cache] ---------------------------------------------------------------------------
+
+WHEEL_CACHE = "wheel-cache"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _remote_url(raw: Any) -> str | tuple[str]:
+    """A checked remote URL, or (problem,)."""
+    from sglforge.base.remotestore import redact, url_problem
+
+    text = str(raw)
+    problem = url_problem(text)
+    return text if problem is None else (f"{redact(text)} {problem}",)
+
+
+def _wheel_cache_file_layer(reader: TableReader, problems: Problems,
+                            text: str) -> dict[str, Any]:
+    table = reader.table(WHEEL_CACHE)
+    if table is None:
+        return {}
+    start = 1
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().replace(" ", "") == f"[{WHEEL_CACHE}]":
+            start = number
+            break
+    sub = TableReader(table, problems, f"[{WHEEL_CACHE}]",
+                      locate=lambda k: key_line(text, start, k))
+    values = read_keys(sub, WheelCacheSettings)
+    if "remote" in values:
+        checked = _remote_url(values["remote"])
+        if isinstance(checked, tuple):
+            sub.error("remote", checked[0])
+            del values["remote"]
+    sub.finish()
+    return values
+
+
+def _wheel_cache_env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    specs = key_specs(WheelCacheSettings)
+    layer: dict[str, Any] = {}
+    raw = environ.get(specs["remote"].env or "")
+    if raw:
+        checked = _remote_url(raw)
+        if isinstance(checked, tuple):
+            raise SglforgeError(f"{specs['remote'].env}: {checked[0]}")
+        layer["remote"] = checked
+    raw = environ.get(specs["read_only"].env or "")
+    if raw:
+        if raw.lower() not in _TRUE + _FALSE:
+            raise SglforgeError(f"{specs['read_only'].env}={raw!r}: expected 1/0, true/false, "
+                                "yes/no or on/off")
+        layer["read_only"] = raw.lower() in _TRUE
+    return layer
+
+
+def _merge_wheel_cache(file_values: Mapping[str, Any], environ: Mapping[str, str],
+                       config_origin: str) -> tuple[WheelCacheSettings, dict[str, str]]:
+    specs = key_specs(WheelCacheSettings)
+    env_values = _wheel_cache_env_layer(environ)
+    values, by_field = merge_layers([(config_origin, file_values), ("env", env_values)])
+    origins = {f"{WHEEL_CACHE}.{specs[n].name}":
+               (f"env: {specs[n].env}" if o == "env" else o) for n, o in by_field.items()}
+    return WheelCacheSettings(**values), origins
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -365,6 +452,8 @@ def load_settings(
     elif how is not None:
         raise SglforgeError(f"{path}: config file not found (set by --config or {CONFIG_ENV})")
     config_origin = f"config: {path}"
+    wheel_cache, wheel_cache_origins = _merge_wheel_cache(
+        file_layer.pop("wheel_cache", {}), environ, config_origin)
     cli_layer: dict[str, Any] = {"cache_dir": cache_dir}
     if build_root is not None:
         value = _to_abs_path(build_root)
@@ -396,7 +485,9 @@ def load_settings(
             f"env: {CONFIG_ENV}" if how else "default")
     cache = _merge_compiler_cache(cache_layer, cache_present, config_origin, environ,
                                   compiler_cache or {}, origins)
+    origins.update(wheel_cache_origins)
     return Settings(**values, mirrors=tuple(mirrors), compiler_cache=cache,
+                    wheel_cache=wheel_cache,
                     config_path=path if path.exists() else None, origins=origins)
 
 
@@ -429,6 +520,13 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
             shown = str(value).lower()
         label = f"{CACHE_TABLE}.{spec.name}"
         rows.append((label, shown, settings.origin(label)))
+    from sglforge.base.remotestore import redact
+
+    remote = settings.wheel_cache.remote
+    rows.append((f"{WHEEL_CACHE}.remote", redact(remote) if remote else "(none)",
+                 settings.origin(f"{WHEEL_CACHE}.remote")))
+    rows.append((f"{WHEEL_CACHE}.read-only", str(settings.wheel_cache.read_only).lower(),
+                 settings.origin(f"{WHEEL_CACHE}.read-only")))
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]

@@ -20,6 +20,7 @@ from sglforge.inputs.toolchain import Toolchain
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+RUNTIME_MARKER = "# third-party runtime pins"  # in wheels.lock: where our own wheels end
 
 
 def _entry(wheel) -> dict:  # noqa: ANN001 - build.BuiltWheel (avoid an import cycle)
@@ -112,7 +113,7 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
         lines.append(f"{canonical_name(entry['name'])}=={entry['version']} "
                      f"--hash=sha256:{entry['sha256']}")
     if runtime:
-        lines.append("# third-party runtime pins, copied from lockfiles/runtime.lock:")
+        lines.append(f"{RUNTIME_MARKER}, copied from lockfiles/runtime.lock:")
         lines += runtime
     return "\n".join(lines) + "\n"
 
