@@ -345,15 +345,53 @@ def test_runtime_wheels_are_published_by_default_and_ours_only_leaves_them_out(t
         "index.html", "index.json", "sglang", "sglang-kernel"]
 
 
-def test_remote_and_unknown_targets(tmp_path):
+def test_unknown_targets_are_refused(tmp_path):
     root = _stack(tmp_path)
     result = _publish(root, "s3://bucket/index")
     assert result.returncode == 2 and "a directory or an http(s):// URL" in result.stderr
-    if (REPO / "src" / "sglforge" / "base" / "remotestore.py").exists():
-        pytest.skip("base/remotestore.py exists: the remote target is wired there")
-    result = _publish(root, "https://wheels.example.invalid/index")
-    assert result.returncode == 2
-    assert result.stderr == "error: remote publish targets need base/remotestore.py\n"
+
+
+def test_publishing_to_a_webdav_server_gives_the_same_installable_index(tmp_path, served,
+                                                                        webdav_auth):
+    """A real wsgidav server (basic auth) as DEST: the files on its disk are byte for byte a
+    local publish's; served over HTTP, pip installs the lock from them; a second publish
+    uploads nothing; a published wheel is never replaced; the password is never printed."""
+    from tests.fixtures.webdav_server import PASSWORD
+
+    root = _stack(tmp_path)
+    local = tmp_path / "local-index"
+    _published(root, local)
+    result = _publish(root, webdav_auth.url + "index", "--wheelhouse", str(root / "wheelhouse"))
+    assert result.returncode == 0, result.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+    on_server = webdav_auth.root / "cache" / "index"
+    assert {k: v[0] for k, v in _snapshot(on_server).items()} == {
+        k: v[0] for k, v in _snapshot(local).items()}
+    puts = [r.split()[1] for r in webdav_auth.requests() if r.startswith("PUT")]
+    moves = [r.split()[1] for r in webdav_auth.requests() if r.startswith("MOVE")]
+    assert len(puts) == len(moves) == len(_snapshot(local))  # every file: a PUT, a MOVE
+    assert all(".tmp-" in p.rsplit("/", 1)[-1] and p.rsplit("/", 1)[-1].startswith(".")
+               for p in puts)  # uploaded under temporary names only
+    assert moves[-1].startswith("/cache/index/simple/.index.html.tmp-")  # root page last
+    webdav_auth.clear_log()
+    again = _publish(root, webdav_auth.url + "index", "--wheelhouse", str(root / "wheelhouse"))
+    assert again.returncode == 0, again.stderr
+    assert "0 files added" in again.stdout
+    assert not [r for r in webdav_auth.requests() if r.startswith(("PUT", "MOVE"))]
+    # serve what the WebDAV server holds; pip installs the lock from it
+    shutil.copytree(on_server, served[0] / "from-webdav")
+    venv = tmp_path / "venv"
+    install = _pip_install(_bare_venv(venv), f"{served[1]}/from-webdav/simple",
+                           root / "lockfiles" / "wheels.lock")
+    assert install.returncode == 0, install.stderr
+    assert _installed(venv / "bin" / "python", "sglang", "tinydep") == [SGLANG, "1.0"]
+    # append-only on the server too: another wheel under a published name is refused
+    wheel = next((root / "wheels").glob("sglang-0*.whl"))
+    (on_server / "files" / wheel.name).write_bytes(b"not the published bytes")
+    refused = _publish(root, webdav_auth.url + "index", "--wheelhouse",
+                       str(root / "wheelhouse"))
+    assert refused.returncode != 0 and wheel.name in refused.stderr
+    assert "Traceback" not in refused.stderr and PASSWORD not in refused.stderr
 
 
 def test_nothing_is_left_when_the_index_directory_is_new_and_publish_fails(tmp_path):

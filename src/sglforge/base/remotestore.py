@@ -330,6 +330,18 @@ class RemoteStore:
             if status not in (200, 201, 204, 405):
                 raise self._unexpected("MKCOL", path, status)
 
+    def make_base(self) -> None:
+        """Create the base collection and its parents where missing (publish's DEST may be
+        new; the wheel cache's base is set up by whoever runs the server)."""
+        if self.read_only:
+            raise SglforgeError(f"remote store {self.url} is read-only: refusing to create it")
+        segments = [s for s in self.base_path.split("/") if s]
+        for depth in range(1, len(segments) + 1):
+            path = "/" + "/".join(segments[:depth]) + "/"
+            status = self._request("MKCOL", path).status
+            if status not in (200, 201, 204, 301, 405):
+                raise self._unexpected("MKCOL", path, status)
+
     def put(self, key: str, source: Path | bytes, *, overwrite: bool = True) -> None:
         """Upload under a temporary name in the key's collection, then MOVE it to the key."""
         check_key(key)

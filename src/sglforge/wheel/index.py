@@ -40,7 +40,6 @@ import contextlib
 import fcntl
 import hashlib
 import html
-import importlib.util
 import json
 import os
 import re
@@ -48,7 +47,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import atomic_output
@@ -152,10 +151,57 @@ def open_target(dest: str) -> Target:
         return LocalTarget(Path(dest))
     if scheme.group(1).lower() not in ("http", "https"):
         raise SglforgeError(f"{dest}: publish writes to a directory or an http(s):// URL")
-    if importlib.util.find_spec("sglforge.base.remotestore") is None:
-        raise SglforgeError("remote publish targets need base/remotestore.py")
-    raise SglforgeError(f"{dest}: base/remotestore.py is present but not connected to publish "
-                        "(wheel/index.py open_target returns a Target for it)")
+    from sglforge.base.remotestore import RemoteStore
+
+    store = RemoteStore.from_url(dest if dest.endswith("/") else dest + "/")
+    store.make_base()
+    return RemoteTarget(store)
+
+
+@dataclass(frozen=True)
+class RemoteTarget:
+    """An index on a WebDAV server (base/remotestore.py): each file is uploaded under a
+    temporary name and MOVEd into place, so readers of the served index see whole files only;
+    a file under `files/` is MOVEd with `Overwrite: F`, so two publishers racing on one name
+    cannot replace a published wheel. There is no cross-host lock: two publishers at once may
+    each rewrite a project page and one's link may be lost until the next publish (the files
+    stay); run one publish job at a time (the CI workflow's assemble job)."""
+
+    store: Any  # base.remotestore.RemoteStore
+
+    def __str__(self) -> str:
+        return self.store.url.rstrip("/")
+
+    def exists(self, relpath: str) -> bool:
+        return self.store.exists(relpath)
+
+    def read(self, relpath: str) -> bytes:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="sglforge-publish-") as tmp:
+            dest = Path(tmp) / "file"
+            if not self.store.get(relpath, dest):
+                raise SglforgeError(f"{self.store.url_of(relpath)}: not found")
+            return dest.read_bytes()
+
+    def write_file(self, relpath: str, content: bytes | Path,
+                   sha256: str | None = None) -> None:
+        if sha256 is not None:
+            digest = (hashlib.sha256(content).hexdigest() if isinstance(content, bytes)
+                      else _sha256_path(content))
+            if digest != sha256:
+                raise SglforgeError(f"{content if isinstance(content, Path) else relpath}: "
+                                    f"sha256 {digest} is not the expected {sha256}; not "
+                                    "published")
+        self.store.put(relpath, content, overwrite=not relpath.startswith(f"{FILES}/"))
+
+
+def _sha256_path(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
