@@ -316,6 +316,9 @@ class Bench:
     check_args: list[str] = field(default_factory=list)
     projects: dict[tuple[str, int], FixtureProject] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    redis: object = None  # tests.fixtures.redis_server.RedisServer, the shared compiler cache
+    redis_url: str | None = None
+    cleanups: list = field(default_factory=list)
 
     def case(self, figure: str, name: str, **params) -> Case:
         key = f"{figure}/{name}"
@@ -383,10 +386,13 @@ class Bench:
         label = f"N={n} sm_120a"
         # with ccache: at the smallest and largest N (a populating cold build each is heavy)
         have_ccache = have_ccache and n in (min(cfg.ns), max(cfg.ns))
+        remote = self.redis_url if n == max(cfg.ns) else None
         if have_ccache and run == 0:  # fill an empty ccache with the unpatched TUs, once
             fixtures.clear_series(project)
             fresh_state(project, ccache=True)
-            m, _ = build(project, log, "--compiler-cache", "ccache")
+            # at the largest N the first host also fills the shared remote (second_host)
+            extra = ("--compiler-cache-remote", remote) if remote else ()
+            m, _ = build(project, log, "--compiler-cache", "ccache", *extra)
             self.case("ccache-populate", label, n=n).runs.append(m)
             say(f"cold with empty ccache {label}: {describe(m)}")
         fixtures.write_one_file_patch(project, run, n, cfg.instantiations)
@@ -401,6 +407,8 @@ class Bench:
             case.extra.append({"ccache": stats, "cmake_configure_s": configure_seconds(project)})
             say(f"one-file ccache {label} run {run + 1}/{cfg.runs}: {describe(m)}; "
                 f"ccache {stats['hits']} hits, {stats['misses']} misses")
+            if remote and run < cfg.heavy_runs:
+                self.second_host(project, log, label, n, remote)
         if n == min(cfg.ns) and run < cfg.heavy_runs:  # a cold build again: once, smallest N
             shutil.rmtree(project.cache / "wheels", ignore_errors=True)
             m, text = build(project, log)
@@ -408,6 +416,34 @@ class Bench:
             self.case("one-file-nocache", label, n=n).runs.append(m)
             say(f"one-file no cache {label} run {run + 1}: {describe(m)}")
         fixtures.clear_series(project)
+
+    # 3a: the same one-file change on a second host that shares only the remote compiler
+    # cache (Redis) with the first: no build root, no wheel cache, an empty local ccache
+    def second_host(self, project: FixtureProject, log: Path, label: str, n: int,
+                    remote: str) -> None:
+        first_host = project.cache / "ccache"
+        parked = project.cache / "ccache.first-host"
+        shutil.rmtree(parked, ignore_errors=True)
+        first_host.rename(parked)
+        try:
+            fresh_state(project)
+            m, text = build(project, log, "--compiler-cache", "ccache",
+                            "--compiler-cache-remote", remote)
+            expect_rebuild(text, label, log)
+            found = re.search(r"ccache: (\d+) local hit\(s\), (\d+) remote hit\(s\), "
+                              r"(\d+) miss\(es\)", text)
+            if found is None:
+                raise BenchError(f"second host {label}: no ccache statistics; log {log}")
+            local, remote_hits, misses = (int(g) for g in found.groups())
+            case = self.case("one-file-remote", label, n=n)
+            case.runs.append(m)
+            case.extra.append({"ccache": {"local_hits": local, "remote_hits": remote_hits,
+                                          "misses": misses}})
+            say(f"one-file, second host, remote ccache {label}: {describe(m)}; {remote_hits} "
+                f"remote hits, {misses} misses")
+        finally:
+            shutil.rmtree(first_host, ignore_errors=True)
+            parked.rename(first_host)
 
     # 3b: the dev loop: `build --dev` with one patch changing one TU (its own project per N)
     def dev_loop(self, run: int, n: int) -> None:
@@ -491,6 +527,15 @@ class Bench:
             self.notes.append("one-file change with compiler cache: ccache not installed "
                               "(measured without it only)")
             say("ccache not installed: the one-file change is measured without a cache only")
+        if one_file and have_ccache and shutil.which("redis-server"):
+            from tests.fixtures.redis_server import start_redis, stop_redis
+
+            self.redis = start_redis(self.work / "redis")
+            self.redis_url = self.redis.url
+            self.cleanups.append(lambda: stop_redis(self.redis))
+        elif one_file:
+            self.notes.append("one-file change on a second host (remote ccache): redis-server "
+                              "or ccache not installed, not measured")
         if cfg.wants("check"):
             self.patch_check_setup()
         if builds and cfg.warmup:
@@ -624,6 +669,15 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
                             f"{r.median:.1%} of cold (CPU {cpu.median:.1%}); "
                             f"ccache {hits[0]['hits']} hit/{hits[0]['misses']} miss",
                             f"<= 2/N = {2 / n:.1%}: {t.verdict()}"))
+        second = cases.get(f"one-file-remote/{label}")
+        if second:
+            r = ratio_vs_cold(second, n)
+            hits = second.extra[0]["ccache"]
+            derived.append({"what": f"one-file, second host, remote ccache / cold N={n}",
+                            "ratio": r.to_json(), "ccache": hits})
+            rows.append(row("3 one-file", f"{label}: 2nd host, remote ccache", second,
+                            f"{r.median:.1%} of cold; {hits['remote_hits']} remote hit/"
+                            f"{hits['misses']} miss"))
         off = cases.get(f"one-file-nocache/{label}")
         if off:
             r = ratio_vs_cold(off, n)
@@ -844,6 +898,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {exc}", file=sys.stderr)
         print(f"(work directory kept: {work})", file=sys.stderr)
         return 1
+    finally:
+        for cleanup in bench.cleanups:  # the Redis server of the second-host figure
+            cleanup()
     results = {
         "format": 1,
         "generated_by": "nox -s bench" + (" -- --quick" if cfg.quick else ""),
