@@ -9,6 +9,7 @@ must (the content key holds it).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -302,3 +303,28 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     assert "key 'remote' (line 2): file:///srv/cache scheme must be http or https" \
         in str(error.value)
     assert "key 'read-only' (line 3): expected true or false" in str(error.value)
+
+
+@needs_cc
+def test_a_dev_wheel_planted_under_its_clean_key_is_refused(tmp_path, webdav):
+    """A dev build stamps the clean content key of its series; a writer who uploads it (by
+    hand: sglforge never does) must not get it served as a release wheel."""
+    project = make_project(tmp_path, ("purepy",))
+    project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n')
+    dev = host(project, "dev")
+    result = dev.run("build", "--dev", "purepy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert webdav.files() == []  # a dev build uploads nothing
+    [wheel] = (project.build_root / "dev-wheels").glob("*.dev-*.whl")
+    key = read_provenance(wheel).content_key
+    assert read_provenance(wheel).dev is True
+    planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
+    planted.mkdir(parents=True)
+    shutil.copy(wheel, planted / wheel.name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (planted / "entry.json").write_text(json.dumps(
+        {"file": wheel.name, "sha256": digest, "name": "purepy", "version": "x"}))
+    release = host(project, "release").run("build")
+    assert release.returncode == 0, release.stdout + release.stderr
+    assert "entry refused, rebuilding" in release.stdout and "a dev build" in release.stdout
+    assert _built(release, "purepy") and ", uploaded" in release.stdout

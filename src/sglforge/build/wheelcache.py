@@ -16,9 +16,11 @@ commit marker, so an interrupted upload is never an entry. A download is trusted
 (1) `entry.json` parses and names a plain file, (2) the wheel's bytes match its sha256
 (checked while downloading; nothing unverified reaches the local tier), and (3) the
 `content_key` stamped in the wheel's `sglforge-build.json` is the content key being looked
-up — an entry copied or planted under another key is refused. A refused entry is a miss
-(`RemoteRefused`, printed as a warning, and the wheel is rebuilt; a writer then overwrites
-the entry); only wheels built in this run are uploaded, never in read-only mode.
+up — an entry copied or planted under another key is refused, and so is a dev build
+(`build --dev` stamps the clean key but is incremental; sglforge never uploads one). A
+refused entry is a miss (`RemoteRefused`, printed as a warning, and the wheel is rebuilt; a
+writer then overwrites the entry); only wheels built in this run are uploaded, never in
+read-only mode.
 """
 
 from __future__ import annotations
@@ -150,11 +152,16 @@ class RemoteWheelCache:
         try:
             from sglforge.wheel.provenance import read as read_provenance
 
-            stamped = read_provenance(dest).content_key
+            provenance = read_provenance(dest)
+            stamped = provenance.content_key
             if stamped != content_key:
                 raise RemoteRefused(
                     f"{self.store.url_of(prefix + '/' + meta['file'])}: its content_key "
                     f"{(stamped or 'none')[:12]} is not the key looked up {content_key[:12]}")
+            if provenance.dev:  # incremental, never uploaded by sglforge: planted
+                raise RemoteRefused(
+                    f"{self.store.url_of(prefix + '/' + meta['file'])}: a dev build "
+                    "(`build --dev`), never a release wheel")
         except SglforgeError as exc:
             dest.unlink(missing_ok=True)
             if isinstance(exc, RemoteRefused):
