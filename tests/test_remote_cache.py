@@ -265,7 +265,7 @@ def test_a_bad_remote_url_or_an_unreachable_server_is_one_line(tmp_path):
     project.config.write_text('[wheel-cache]\nremote = "s3://bucket/x"\n')
     result = project.run("plan", "--matrix")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "[wheel-cache], key 'remote' (line 2): s3://bucket/x scheme must be http or https" \
+    assert "[wheel-cache], key 'remote' (line 2): 's3://bucket/x' scheme must be http or https" \
         in result.stderr
     import socket
 
@@ -290,8 +290,8 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     assert settings.wheel_cache.read_only is True
     shown = describe_settings(settings)
     assert "hunter2" not in shown
-    assert re.search(r"^wheel-cache\.remote += https://cache\.example/s/ +\(config: ", shown,
-                     re.M), shown
+    assert re.search(r"^wheel-cache\.remote += https://ci:\*\*\*@cache\.example/s/ +\(config: ",
+                     shown, re.M), shown
     assert f"(config: {config})" in shown and "(env: SGLFORGE_WHEEL_CACHE_READ_ONLY)" in shown
     env = {"SGLFORGE_WHEEL_CACHE_REMOTE": "http://other.example/c/"}
     assert load_settings(config, environ=env).wheel_cache.remote == "http://other.example/c/"
@@ -300,7 +300,7 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     config.write_text('[wheel-cache]\nremote = "file:///srv/cache"\nread-only = "yes"\n')
     with pytest.raises(SglforgeError) as error:
         load_settings(config, environ={})
-    assert "key 'remote' (line 2): file:///srv/cache scheme must be http or https" \
+    assert "key 'remote' (line 2): 'file:///srv/cache' scheme must be http or https" \
         in str(error.value)
     assert "key 'read-only' (line 3): expected true or false" in str(error.value)
 

@@ -71,6 +71,7 @@ from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from sglforge.base.errors import SglforgeError
+from sglforge.build.netbridge import pump  # the same byte pump on both sides of the bridge
 
 KINDS = ("ccache", "sccache", "none")
 REMOTE_SCHEMES = ("redis", "redis+unix", "http")
@@ -260,22 +261,8 @@ class RemoteForwarder:
             return
         with self._lock:
             self._open.update((client, upstream))
-        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
-        _pump(client, upstream)
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+        pump(client, upstream)
 
 
 @dataclass(frozen=True)

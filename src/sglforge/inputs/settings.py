@@ -191,7 +191,7 @@ def _to_size(raw: Any) -> int | str:
 
 
 class Refused(str):
-    """Why a `[compiler-cache]` value was refused (its values may be strings themselves)."""
+    """Why a table value was refused (its values may be strings themselves)."""
 
 
 def _to_kind(raw: Any) -> str:
@@ -220,10 +220,36 @@ def _to_bool(raw: Any) -> bool | Refused:
 
 CONVERT = {"cache_dir": _to_path, "build_root": _to_abs_path, "mem_available": _to_size}
 CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
-CACHE_CONVERT = {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool}
-CACHE_CLI_FLAGS = {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
-                   "read_only": "--compiler-cache-read-only"}
-CACHE_TABLE = "compiler-cache"
+
+
+def _to_wheel_remote(raw: Any) -> str:
+    from sglforge.base.remotestore import url_problem
+
+    problem = url_problem(str(raw))
+    return str(raw) if problem is None else Refused(problem)
+
+
+@dataclass(frozen=True)
+class SettingsTable:
+    """A `[table]` of the user config with its own dataclass of `key(...)` declarations: read
+    from the file, SGLFORGE_* variables and CLI options by one set of functions
+    (`_table_file_layer`, `_table_env_layer`, `_table_cli_layer`, `_merge_table`); origins are
+    named `<table>.<key>`; values that may hold a password are shown masked."""
+
+    name: str  # "compiler-cache"
+    fields: type  # CompilerCacheSettings
+    convert: Mapping[str, Any]  # field -> function(raw) -> value or Refused
+    cli_flags: Mapping[str, str] = field(default_factory=dict)
+
+
+COMPILER_CACHE = SettingsTable(
+    "compiler-cache", CompilerCacheSettings,
+    {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool},
+    {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
+     "read_only": "--compiler-cache-read-only"})
+WHEEL_CACHE = SettingsTable("wheel-cache", WheelCacheSettings,
+                            {"remote": _to_wheel_remote, "read_only": _to_bool})
+CACHE_TABLE = COMPILER_CACHE.name
 
 
 def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
@@ -245,27 +271,71 @@ def _shown(raw: Any) -> str:
     return mask_secrets(repr(raw))
 
 
-def _cache_table(reader: TableReader, text: str) -> tuple[dict[str, Any], bool]:
-    """The `[compiler-cache]` table: values by field name, and whether the table is present."""
-    table = reader.table(CACHE_TABLE)
-    if table is None:
+def _table_file_layer(reader: TableReader, text: str,
+                      table: SettingsTable) -> tuple[dict[str, Any], bool]:
+    """`table`'s values by field name from the config file, and whether the table is there."""
+    data = reader.table(table.name)
+    if data is None:
         return {}, False
     header = next((n for n, line in enumerate(text.splitlines(), 1)
-                   if line.strip().startswith(f"[{CACHE_TABLE}]")), 1)
-    sub = TableReader(table, reader.problems, f"[{CACHE_TABLE}]",
+                   if line.strip().replace(" ", "") == f"[{table.name}]"), 1)
+    sub = TableReader(data, reader.problems, f"[{table.name}]",
                       locate=lambda k: key_line(text, header, k))
     layer: dict[str, Any] = {}
-    for name, raw in read_keys(sub, CompilerCacheSettings).items():
-        value = CACHE_CONVERT[name](raw)
+    for name, raw in read_keys(sub, table.fields).items():
+        value = table.convert[name](raw)
         if isinstance(value, Refused):  # the URL is shown masked: it may hold a password
-            sub.error(key_specs(CompilerCacheSettings)[name].name, f"{_shown(raw)} {value}")
+            sub.error(key_specs(table.fields)[name].name, f"{_shown(raw)} {value}")
         else:
             layer[name] = value
     sub.finish()
     return layer, True
 
 
-def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror], dict[str, Any], bool]:
+def _table_env_layer(environ: Mapping[str, str], table: SettingsTable) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, spec in key_specs(table.fields).items():
+        raw = environ.get(spec.env or "")
+        if not raw:
+            continue
+        value = table.convert[name](raw)
+        if isinstance(value, Refused):
+            raise SglforgeError(f"{spec.env}={_shown(raw)}: {value}")
+        layer[name] = value
+    return layer
+
+
+def _table_cli_layer(options: Mapping[str, Any], table: SettingsTable) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, raw in options.items():
+        if raw is None:
+            continue
+        value = table.convert[name](raw)
+        if isinstance(value, Refused):
+            raise SglforgeError(f"{table.cli_flags[name]} {_shown(raw)}: {value}")
+        layer[name] = value
+    return layer
+
+
+def _merge_table(table: SettingsTable, file_layer: Mapping[str, Any], config_origin: str,
+                 environ: Mapping[str, str], cli: Mapping[str, Any],
+                 origins: dict[str, str]) -> dict[str, Any]:
+    """defaults < [table] < its SGLFORGE_* variables < its CLI options; fills `origins`."""
+    specs = key_specs(table.fields)
+    values, by_field = merge_layers([(config_origin, file_layer),
+                                     ("env", _table_env_layer(environ, table)),
+                                     ("cli", _table_cli_layer(cli, table))])
+    for name, origin in by_field.items():
+        if origin == "env":
+            origin = f"env: {specs[name].env}"
+        elif origin == "cli":
+            origin = f"cli: {table.cli_flags[name]}"
+        origins[f"{table.name}.{specs[name].name}"] = origin
+    return values
+
+
+def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
+                                    dict[str, tuple[dict[str, Any], bool]]]:
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "config", locate=lambda k: key_line(text, 1, k))
@@ -285,78 +355,10 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror], dict[str, Any
             problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
             continue
         mirrors.append(Mirror(upstream, mirror))
-    cache_layer, cache_present = _cache_table(reader, text)
-    wheel_cache = _wheel_cache_file_layer(reader, problems, text)
-    if wheel_cache:
-        layer["wheel_cache"] = wheel_cache
+    tables = {t.name: _table_file_layer(reader, text, t) for t in (COMPILER_CACHE, WHEEL_CACHE)}
     reader.finish()
     problems.raise_if_any()
-    return layer, mirrors, cache_layer, cache_present
-
-
-# --- [wheel-cache] ---------------------------------------------------------------------------
-
-WHEEL_CACHE = "wheel-cache"
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def _remote_url(raw: Any) -> str | tuple[str]:
-    """A checked remote URL, or (problem,)."""
-    from sglforge.base.remotestore import redact, url_problem
-
-    text = str(raw)
-    problem = url_problem(text)
-    return text if problem is None else (f"{redact(text)} {problem}",)
-
-
-def _wheel_cache_file_layer(reader: TableReader, problems: Problems,
-                            text: str) -> dict[str, Any]:
-    table = reader.table(WHEEL_CACHE)
-    if table is None:
-        return {}
-    start = 1
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip().replace(" ", "") == f"[{WHEEL_CACHE}]":
-            start = number
-            break
-    sub = TableReader(table, problems, f"[{WHEEL_CACHE}]",
-                      locate=lambda k: key_line(text, start, k))
-    values = read_keys(sub, WheelCacheSettings)
-    if "remote" in values:
-        checked = _remote_url(values["remote"])
-        if isinstance(checked, tuple):
-            sub.error("remote", checked[0])
-            del values["remote"]
-    sub.finish()
-    return values
-
-
-def _wheel_cache_env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    specs = key_specs(WheelCacheSettings)
-    layer: dict[str, Any] = {}
-    raw = environ.get(specs["remote"].env or "")
-    if raw:
-        checked = _remote_url(raw)
-        if isinstance(checked, tuple):
-            raise SglforgeError(f"{specs['remote'].env}: {checked[0]}")
-        layer["remote"] = checked
-    raw = environ.get(specs["read_only"].env or "")
-    if raw:
-        if raw.lower() not in _TRUE + _FALSE:
-            raise SglforgeError(f"{specs['read_only'].env}={raw!r}: expected 1/0, true/false, "
-                                "yes/no or on/off")
-        layer["read_only"] = raw.lower() in _TRUE
-    return layer
-
-
-def _merge_wheel_cache(file_values: Mapping[str, Any], environ: Mapping[str, str],
-                       config_origin: str) -> tuple[WheelCacheSettings, dict[str, str]]:
-    specs = key_specs(WheelCacheSettings)
-    env_values = _wheel_cache_env_layer(environ)
-    values, by_field = merge_layers([(config_origin, file_values), ("env", env_values)])
-    origins = {f"{WHEEL_CACHE}.{specs[n].name}":
-               (f"env: {specs[n].env}" if o == "env" else o) for n, o in by_field.items()}
-    return WheelCacheSettings(**values), origins
+    return layer, mirrors, tables
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -372,49 +374,11 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
-def _cache_env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    from sglforge.build.compiler_cache import mask_secrets
-
-    layer: dict[str, Any] = {}
-    for name, spec in key_specs(CompilerCacheSettings).items():
-        raw = environ.get(spec.env or "")
-        if not raw:
-            continue
-        value = CACHE_CONVERT[name](raw)
-        if isinstance(value, Refused):
-            raise SglforgeError(f"{spec.env}={mask_secrets(repr(raw))}: {value}")
-        layer[name] = value
-    return layer
-
-
-def _cache_cli_layer(options: Mapping[str, Any]) -> dict[str, Any]:
-    from sglforge.build.compiler_cache import mask_secrets
-
-    layer: dict[str, Any] = {}
-    for name, raw in options.items():
-        if raw is None:
-            continue
-        value = CACHE_CONVERT[name](raw)
-        if isinstance(value, Refused):
-            raise SglforgeError(f"{CACHE_CLI_FLAGS[name]} {mask_secrets(repr(raw))}: {value}")
-        layer[name] = value
-    return layer
-
-
 def _merge_compiler_cache(file_layer: dict[str, Any], present: bool, config_origin: str,
                           environ: Mapping[str, str], cli: Mapping[str, Any],
                           origins: dict[str, str]) -> CompilerCacheSettings:
-    """defaults < [compiler-cache] < SGLFORGE_COMPILER_CACHE_* < build's --compiler-cache*."""
-    specs = key_specs(CompilerCacheSettings)
-    values, by_field = merge_layers([(config_origin, file_layer),
-                                     ("env", _cache_env_layer(environ)),
-                                     ("cli", _cache_cli_layer(cli))])
-    for name, origin in by_field.items():
-        if origin == "env":
-            origin = f"env: {specs[name].env}"
-        elif origin == "cli":
-            origin = f"cli: {CACHE_CLI_FLAGS[name]}"
-        origins[f"{CACHE_TABLE}.{specs[name].name}"] = origin
+    """The merged table; a table or a remote without `kind` means ccache."""
+    values = _merge_table(COMPILER_CACHE, file_layer, config_origin, environ, cli, origins)
     if "kind" not in values and (present or values.get("remote")):
         values["kind"] = "ccache"
         origins[f"{CACHE_TABLE}.kind"] = (
@@ -445,15 +409,12 @@ def load_settings(
         path, how = default_config_path(environ), None
     file_layer: dict[str, Any] = {}
     mirrors: list[Mirror] = []
-    cache_layer: dict[str, Any] = {}
-    cache_present = False
+    tables: dict[str, tuple[dict[str, Any], bool]] = {}
     if path.exists():
-        file_layer, mirrors, cache_layer, cache_present = _file_layer(path)
+        file_layer, mirrors, tables = _file_layer(path)
     elif how is not None:
         raise SglforgeError(f"{path}: config file not found (set by --config or {CONFIG_ENV})")
     config_origin = f"config: {path}"
-    wheel_cache, wheel_cache_origins = _merge_wheel_cache(
-        file_layer.pop("wheel_cache", {}), environ, config_origin)
     cli_layer: dict[str, Any] = {"cache_dir": cache_dir}
     if build_root is not None:
         value = _to_abs_path(build_root)
@@ -483,9 +444,11 @@ def load_settings(
     if path.exists():
         origins["config-file"] = "--config" if how == "--config" else (
             f"env: {CONFIG_ENV}" if how else "default")
-    cache = _merge_compiler_cache(cache_layer, cache_present, config_origin, environ,
-                                  compiler_cache or {}, origins)
-    origins.update(wheel_cache_origins)
+    cache = _merge_compiler_cache(*tables.get(CACHE_TABLE, ({}, False)), config_origin,
+                                  environ, compiler_cache or {}, origins)
+    wheel_cache = WheelCacheSettings(**_merge_table(
+        WHEEL_CACHE, tables.get(WHEEL_CACHE.name, ({}, False))[0], config_origin, environ, {},
+        origins))
     return Settings(**values, mirrors=tuple(mirrors), compiler_cache=cache,
                     wheel_cache=wheel_cache,
                     config_path=path if path.exists() else None, origins=origins)
@@ -507,26 +470,19 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))
-    cache = settings.compiler_cache
-    for name, spec in key_specs(CompilerCacheSettings).items():
-        value = getattr(cache, name)
-        if name == "remote":
-            from sglforge.build.compiler_cache import mask_secrets
+    from sglforge.build.compiler_cache import mask_secrets
 
-            shown = "(none)" if value is None else mask_secrets(value)
-        elif name == "kind":
-            shown = value or "none"
-        else:
-            shown = str(value).lower()
-        label = f"{CACHE_TABLE}.{spec.name}"
-        rows.append((label, shown, settings.origin(label)))
-    from sglforge.base.remotestore import redact
-
-    remote = settings.wheel_cache.remote
-    rows.append((f"{WHEEL_CACHE}.remote", redact(remote) if remote else "(none)",
-                 settings.origin(f"{WHEEL_CACHE}.remote")))
-    rows.append((f"{WHEEL_CACHE}.read-only", str(settings.wheel_cache.read_only).lower(),
-                 settings.origin(f"{WHEEL_CACHE}.read-only")))
+    for table, values in ((COMPILER_CACHE, settings.compiler_cache),
+                          (WHEEL_CACHE, settings.wheel_cache)):
+        for name, spec in key_specs(table.fields).items():
+            value = getattr(values, name)
+            if isinstance(value, bool):
+                shown = str(value).lower()
+            else:  # a remote URL may hold a password
+                shown = "(none)" if value is None and name == "remote" else mask_secrets(
+                    value or "none")
+            label = f"{table.name}.{spec.name}"
+            rows.append((label, shown, settings.origin(label)))
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]
