@@ -260,3 +260,14 @@ def test_non_tar_or_truncated_bundle_is_a_clear_error(world, tmp_path, capsys, b
     assert main(world.cli_args() + ["fetch", "--from-bundle", str(bundle)]) == 2
     err = capsys.readouterr().err
     assert str(bundle) in err and "Traceback" not in err
+
+
+def test_fetch_bundle_removes_the_temporary_a_killed_run_left(world, upstreams):
+    from tests.test_bundle import killed_writer_temp
+
+    bundle = world.root / "out" / "sources.tar"
+    bundle.parent.mkdir()
+    left = killed_writer_temp(bundle)
+    assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle)]) == 0
+    assert not left.exists()
+    assert [p.name for p in bundle.parent.iterdir()] == ["sources.tar"]

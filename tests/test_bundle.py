@@ -237,3 +237,45 @@ def test_install_sh_accepts_the_bundle_as_written(unpacked_bundle, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "SHA256SUMS OK (6 files): every file of the bundle listed" in run.stdout
     assert pip_ran
+
+
+# ---------------------------------------------------------------------------------------------
+# --name stays inside --out; a SIGKILLed run's temporary is removed by the next (issue 21, low)
+
+
+def killed_writer_temp(target: Path, size: int = 1 << 20) -> Path:
+    """What a SIGKILL in the middle of writing `target` leaves: run base.fs.atomic_output in a
+    child that kills itself mid-write; returns the temporary it left."""
+    code = ("import os, signal, sys; from pathlib import Path; "
+            "from sglforge.base.fs import atomic_output\n"
+            "with atomic_output(Path(sys.argv[1])) as out:\n"
+            f"    out.write(b'x' * {size}); out.flush(); os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], env=env, check=False)
+    assert proc.returncode == -9
+    (left,) = [p for p in target.parent.iterdir() if p.name.startswith(f".{target.name}.")]
+    assert left.stat().st_size == size
+    return left
+
+
+def test_bundle_name_cannot_leave_out_dir(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    out = tmp_path / "deep" / "out"
+    for name in ("../../x", "../escape", "a/b", ".hidden", "x\ny"):
+        result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), f"--name={name}",
+                         "--out", str(out))
+        assert result.returncode == 2, (name, result.stdout)
+        assert f"--name {name!r} cannot be part of a file name" in result.stderr
+    assert not list(tmp_path.rglob("*.tar.gz"))
+
+
+def test_rebundling_removes_the_temporary_a_killed_bundle_left(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    dist = root / "dist"
+    dist.mkdir()
+    left = killed_writer_temp(dist / "sglforge-stack-1.0.tar.gz")
+    mine = dist / ".notes.tmp"  # not sglforge's pattern: never touched
+    mine.write_text("keep me\n")
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    assert not left.exists()
+    assert sorted(p.name for p in dist.iterdir()) == [".notes.tmp", _archive(root).name]

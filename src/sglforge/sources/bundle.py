@@ -3,7 +3,6 @@ one tar file (a git bundle per repository, the archives, a manifest), verified o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import atomic_output
 from sglforge.base.git import check_url, git, has_commit, remove_fetch_litter
+from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
@@ -60,21 +61,15 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                 manifest["tarballs"].append({"name": pin.name, "sha256": pin.sha256,
                                              "file": f"tarballs/{pin.sha256}"})
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, staged = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        os.close(fd)
-        try:
-            with tarfile.open(staged, "w") as archive:
-                archive.add(work / "manifest.json", "manifest.json")
+        # Under the directory's lock, a temporary of this bundle a killed run left is stale.
+        with directory_locked(out.parent, "fetch --bundle"):
+            remove_stale_temps(out.parent, output=re.compile(re.escape(out.name)))
+            with atomic_output(out) as raw, tarfile.open(fileobj=raw, mode="w") as archive:
+                archive.add(work / "manifest.json", "manifest.json")  # first: read first
                 for entry in manifest["git"]:
                     archive.add(work / entry["file"], entry["file"])
                 for entry in manifest["tarballs"]:
                     archive.add(cache.tarball(entry["sha256"]), entry["file"])
-            os.chmod(staged, 0o644)
-            os.replace(staged, out)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(staged)
     return [f"{e['url']}: {len(e['commits'])} commit(s)" for e in manifest["git"]] + [
         f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]]
 

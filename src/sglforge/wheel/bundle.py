@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,14 @@ from pathlib import Path
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import atomic_output, sha256_file
 from sglforge.base.requirements import PinnedRequirement, canonical_name, parse_pinned
+from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.base.tomlfile import read_input_text
 
 FORMAT = 1
 MTIME = 315532800  # 1980-01-01, the earliest time a zip (wheel) can carry; any fixed value works
 STACK_FILE = "sglforge-stack.json"
+_FILE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # --name, stack version: one path part
+_ARCHIVE_NAME = re.compile(r".+\.tar\.(?:gz|zst)")
 # torch's wheel is ~1 GB: hash each file once per process (bundle and publish share it)
 cached_sha256 = functools.lru_cache(maxsize=None)(sha256_file)
 
@@ -311,8 +315,10 @@ def write_bundle(project, opts: BundleOptions) -> Path:
             files[f"wheels/{path.name}"] = path
     requirements = render_requirements(pins, ours, "?")
     version = opts.stack_version or default_stack_version(wheelset, requirements)
-    if not version or "/" in version or version.startswith("."):
-        raise SglforgeError(f"stack version {version!r} cannot be part of a file name")
+    for what, value in (("--name", opts.name), ("stack version", version)):
+        if not _FILE_PART.fullmatch(value or ""):
+            raise SglforgeError(f"{what} {value!r} cannot be part of a file name (letters, "
+                                "digits and . _ + - only, not starting with . or -)")
     files["requirements.lock"] = render_requirements(pins, ours, version).encode()
     document = stack_document(project, opts.name, version, wheelset, runtime, pins)
     files[STACK_FILE] = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
@@ -326,5 +332,9 @@ def write_bundle(project, opts: BundleOptions) -> Path:
     files["SHA256SUMS"] = "".join(sums).encode()
     top = f"{opts.name}-{version}"
     target = opts.out_dir / f"{top}.tar.{'zst' if opts.zstd else 'gz'}"
-    write_archive(target, top, files, opts.zstd)
+    # The directory lock makes every archive temporary there ours to clean: one a SIGKILLed
+    # run left behind (as large as the bundle) goes now.
+    with directory_locked(opts.out_dir, "sglforge bundle"):
+        remove_stale_temps(opts.out_dir, output=_ARCHIVE_NAME)
+        write_archive(target, top, files, opts.zstd)
     return target
