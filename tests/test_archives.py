@@ -23,7 +23,6 @@ from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.bundle import import_bundle
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
-from tests.fixtures.gitrepos import source_entry
 
 TOP = "evil-1.0"
 
@@ -55,13 +54,13 @@ def tar_bytes(members: list[tuple], compression: str = "gz") -> bytes:
 
 
 @pytest.fixture(params=["filter present", "filter absent"])
-def data_filter(request, monkeypatch):  # noqa: ANN001, ANN201
+def data_filter(request, monkeypatch):
     if request.param == "filter absent":
         monkeypatch.delattr(tarfile, "data_filter", raising=False)
     return request.param
 
 
-def pin_tarball(world, blob: bytes) -> str:  # noqa: ANN001
+def pin_tarball(world, blob: bytes) -> str:
     path = world.mirror / "org/evil/archive/v1.tar.gz"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(blob)
@@ -71,13 +70,13 @@ def pin_tarball(world, blob: bytes) -> str:  # noqa: ANN001
     return digest
 
 
-def export_evil(world):  # noqa: ANN001, ANN201
+def export_evil(world):
     lock = parse_lockfile(world.project / "lockfiles" / "upstreams.toml")
     fetch_sources(lock, [], world.settings(), offline=False)
     return export_source(lock, "evil", world.build_root / "src" / "evil", world.settings())
 
 
-def outside_entries(world) -> list[str]:  # noqa: ANN001
+def outside_entries(world) -> list[str]:
     """What the archive managed to create next to the build root (it must create nothing)."""
     return sorted(p.name for p in world.root.iterdir() if p.name.startswith("pwned"))
 
@@ -271,3 +270,52 @@ def test_fetch_bundle_removes_the_temporary_a_killed_run_left(world, upstreams):
     assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle)]) == 0
     assert not left.exists()
     assert [p.name for p in bundle.parent.iterdir()] == ["sources.tar"]
+
+
+# ---------------------------------------------------------------------------------------------
+# zip: dependency wheels unpacked for a dependent build (they may come from a remote cache)
+
+
+def _zip(path: Path, members: list[tuple[str, bytes, int]]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data, mode in members:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            archive.writestr(info, data)
+    return path
+
+
+@pytest.mark.parametrize(("members", "words"), [
+    ([("../../pwned", b"x", 0o100644)], "'..'"),
+    ([("/abs", b"x", 0o100644)], "absolute"),
+    ([("pkg/link", b"/etc/passwd", 0o120777)], "not a regular file"),
+    ([("pkg/a.py", b"1", 0o100644), ("pkg/a.py", b"2", 0o100644)], "duplicate"),
+    ([("pkg\\..\\..\\x", b"1", 0o100644)], "backslash"),
+])
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+def test_hostile_zip_members_are_refused(tmp_path, members, words):
+    from sglforge.sources.archive import extract_zip
+
+    wheel = _zip(tmp_path / "dep-1.0-py3-none-any.whl", members)
+    (tmp_path / "site").mkdir()
+    with pytest.raises(SglforgeError, match=words) as caught:
+        extract_zip(wheel, tmp_path / "site", "dependency wheel dep-1.0-py3-none-any.whl")
+    assert "dependency wheel dep-1.0" in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dep-1.0-py3-none-any.whl", "site"]
+
+
+def test_zip_caps_and_a_plain_wheel(tmp_path):
+    from sglforge.sources.archive import ArchiveLimits, extract_zip
+
+    wheel = _zip(tmp_path / "w.whl", [("pkg/__init__.py", b"X = 1\n", 0o100644),
+                                      ("pkg/tool", b"#!/bin/sh\n", 0o100755),
+                                      ("pkg/zeros", b"\0" * 100_000, 0o100644)])
+    with pytest.raises(SglforgeError, match="more than 50000"):
+        extract_zip(wheel, tmp_path / "a", "w.whl", ArchiveLimits(10, 50_000))
+    with pytest.raises(SglforgeError, match="more than 2 members"):
+        extract_zip(wheel, tmp_path / "a", "w.whl", ArchiveLimits(2, 1 << 20))
+    extract_zip(wheel, tmp_path / "site", "w.whl")
+    assert (tmp_path / "site/pkg/__init__.py").read_text() == "X = 1\n"
+    assert os.access(tmp_path / "site/pkg/tool", os.X_OK)

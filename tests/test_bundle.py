@@ -150,12 +150,13 @@ def test_stack_version_and_name_options(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # install.sh refuses partial, unlisted and malformed SHA256SUMS (issue 21 item 8, 7)
 
-import pytest  # noqa: E402
-import shutil  # noqa: E402
+import shutil
+
+import pytest
 
 
 @pytest.fixture(scope="module")
-def unpacked_bundle(tmp_path_factory) -> Path:  # noqa: ANN001
+def unpacked_bundle(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("bundle")
     root = _project(tmp)
     assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
@@ -177,13 +178,13 @@ def _run_install(bundle: Path, tmp_path: Path) -> tuple[subprocess.CompletedProc
     return run, marker.exists()
 
 
-def _edit_sums(bundle: Path, edit) -> None:  # noqa: ANN001
+def _edit_sums(bundle: Path, edit) -> None:
     sums = bundle / "SHA256SUMS"
     edited = edit(sums.read_text().splitlines(keepends=True))
     sums.write_text(edited if isinstance(edited, str) else "".join(edited))
 
 
-LOCK_LINE = lambda lines: "".join(l for l in lines if not l.endswith("  requirements.lock\n"))  # noqa: E731,E741
+LOCK_LINE = lambda lines: "".join(l for l in lines if not l.endswith("  requirements.lock\n"))
 
 
 @pytest.mark.parametrize("case", [
@@ -217,7 +218,7 @@ def test_install_sh_refuses_partial_unlisted_or_malformed_sums(unpacked_bundle, 
     elif case == "malformed line":
         _edit_sums(bundle, lambda lines: lines[:1] + ["deadbeef requirements.lock\n"] + lines[1:])
     elif case == "duplicate line":
-        _edit_sums(bundle, lambda lines: lines + [l for l in lines if wheel in l])  # noqa: E741
+        _edit_sums(bundle, lambda lines: lines + [l for l in lines if wheel in l])
     elif case == "dotdot name":
         _edit_sums(bundle, lambda lines: lines + ["0" * 64 + "  ../outside\n"])
     elif case == "not utf-8":

@@ -45,7 +45,7 @@ def _marked(marker: str) -> dict[int, str]:
     return found
 
 
-def _wait_for(what, predicate, timeout: float = 30.0):  # noqa: ANN001, ANN202
+def _wait_for(what, predicate, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -62,7 +62,7 @@ def _default_signals() -> None:
 
 
 @pytest.fixture
-def slow_fetch(world, tmp_path):  # noqa: ANN001, ANN201
+def slow_fetch(world, tmp_path):
     repo = world.repo("org/big")
     rng = random.Random(21)
     # over fetch.unpackLimit (100) objects, so the client runs index-pack (a tmp_pack_*)
@@ -83,7 +83,8 @@ def slow_fetch(world, tmp_path):  # noqa: ANN001, ANN201
             env["GIT_CONFIG_GLOBAL"] = str(config)
         return subprocess.Popen([sys.executable, "-m", "sglforge", *world.cli_args(), "fetch",
                                  "--no-export"], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_default_signals)  # noqa: PLW1509 - no threads
 
     def pack_dir() -> Path:
         (git_dir,) = (world.cache / "git").glob("big-*.git")

@@ -153,9 +153,9 @@ def remove_fetch_litter(git_dir: Path) -> list[str]:
     pack_dir = objects / "pack"
     if pack_dir.is_dir():
         for path in pack_dir.iterdir():
-            if path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_")):
-                candidates.append(path)
-            elif path.suffix == ".keep" and _fetch_keep(path):
+            temporary = path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_",
+                                              "tmp_mtimes_"))
+            if temporary or (path.suffix == ".keep" and _fetch_keep(path)):
                 candidates.append(path)
     if objects.is_dir():
         for fanout in objects.iterdir():

@@ -29,7 +29,7 @@ import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 
@@ -305,3 +305,64 @@ def extract_tar(path: Path, dest: Path, label: str,
     except ARCHIVE_READ_ERRORS as exc:
         raise SglforgeError(f"{label}: not a readable tar archive "
                             f"({type(exc).__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# zip (wheels unpacked for a dependent build: they may come from a remote cache)
+
+WHEEL_LIMITS = ArchiveLimits(max_members=100_000, max_bytes=16 * GiB)
+
+
+def extract_zip(path: Path, dest: Path, label: str,
+                limits: ArchiveLimits = WHEEL_LIMITS) -> None:
+    """Check every member of the zip at `path` (names as for tar; no symlink entries, no
+    duplicates, caps on the central directory's sizes), then write the files under `dest`.
+    `zipfile` never reads more than a member's declared size, so the caps hold."""
+    import stat
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            if len(infos) > limits.max_members:
+                raise ArchiveRefused(f"{label}: more than {limits.max_members} members; "
+                                     f"refusing the archive (cap: {limits.describe()})")
+            total = sum(i.file_size for i in infos)
+            if total > limits.max_bytes:
+                raise ArchiveRefused(f"{label}: {total} bytes of file content, more than "
+                                     f"{limits.max_bytes}; refusing the archive")
+            tree = TreeModel()
+            planned = []
+            for info in infos:
+                parts = member_parts(info.filename)
+                if parts is None or "\\" in info.filename:
+                    raise ArchiveRefused(f"{label}: member {info.filename!r}: absolute, empty, "
+                                         "'..' or backslash name (it would escape the tree)")
+                mode = info.external_attr >> 16
+                kind = "dir" if info.is_dir() else "file"
+                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise ArchiveRefused(f"{label}: member {info.filename!r} is not a regular "
+                                         "file or directory (a link or a device)")
+                fake = tarfile.TarInfo(info.filename)
+                fake.type = tarfile.DIRTYPE if kind == "dir" else tarfile.REGTYPE
+                planned.append((info, _plan_one(tree, fake, parts, kind, label, 0)))
+            for info, item in planned:
+                where = dest.joinpath(*item.path)
+                if item.kind == "dir":
+                    where.mkdir(mode=0o755, parents=True, exist_ok=True)
+                    continue
+                where.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                if where.is_file() and not where.is_symlink():
+                    where.unlink()  # an earlier wheel's file in the same directory: replaced
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                executable = (info.external_attr >> 16) & 0o111
+                with archive.open(info) as source, os.fdopen(
+                        os.open(where, flags, 0o755 if executable else 0o644), "wb") as out:
+                    for chunk in iter(lambda: source.read(1 << 20), b""):
+                        out.write(chunk)
+    except SglforgeError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
+            *ARCHIVE_READ_ERRORS) as exc:
+        raise SglforgeError(f"{label}: not a readable zip archive, or a member could not be "
+                            f"written ({type(exc).__name__}: {exc})") from None

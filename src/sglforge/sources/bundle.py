@@ -19,8 +19,8 @@ from sglforge.base.git import check_url, git, has_commit, remove_fetch_litter
 from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings
-from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
 from sglforge.sources.archive import ARCHIVE_READ_ERRORS
+from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
 from sglforge.sources.fetch import GitWant, pinned_set
 
 BUNDLE_FORMAT = 1
@@ -133,8 +133,8 @@ def parse_manifest(data: bytes) -> BundleManifest:
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _ManifestProblems([f"not valid JSON ({type(exc).__name__}: "
-                                 f"{str(exc)[:200]})"]) from None
+        why = f"not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
+        raise _ManifestProblems([why]) from None
     if not isinstance(document, dict):
         raise _ManifestProblems([f"must be a JSON object, got {type(document).__name__}"])
     problems: list[str] = []
@@ -142,8 +142,8 @@ def parse_manifest(data: bytes) -> BundleManifest:
     if unknown:
         problems.append(f"unknown key(s) {', '.join(map(repr, unknown))}")
     if type(document.get("format")) is not int or document["format"] != BUNDLE_FORMAT:
-        raise _ManifestProblems([f"bundle format {document.get('format')!r} is not "
-                                 f"{BUNDLE_FORMAT}"])
+        why = f"bundle format {document.get('format')!r} is not {BUNDLE_FORMAT}"
+        raise _ManifestProblems([why])
     repos, archives, seen = [], [], set()
     for i, entry in enumerate(_entries(document, "git", {"url", "commits", "file"}, problems)):
         url, commits, file = entry["url"], entry["commits"], entry["file"]

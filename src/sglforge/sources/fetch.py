@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.procgroup import Terminated
 from sglforge.base.git import (
     git,
     git_out,
@@ -27,6 +26,7 @@ from sglforge.base.git import (
     rev,
     stderr_text,
 )
+from sglforge.base.procgroup import Terminated
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
@@ -133,12 +133,12 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     return "fetched"
 
 
-def _open_url(url: str):  # noqa: ANN202 - a binary file-like object
+def _open_url(url: str):
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
         return open(urllib.parse.unquote(parsed.path) if parsed.scheme else url, "rb")
     request = urllib.request.Request(url, headers={"User-Agent": "sglforge"})
-    return urllib.request.urlopen(request, timeout=60)  # noqa: S310 - URL comes from the pin
+    return urllib.request.urlopen(request, timeout=60)
 
 
 def fetch_tarball(cache: SourceCache, pin: Pin, settings: Settings, offline: bool) -> str:
