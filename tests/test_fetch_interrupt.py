@@ -139,3 +139,16 @@ def test_next_fetch_removes_the_partial_pack_a_killed_fetch_left(slow_fetch):
     assert again.returncode == 0, err
     assert "big" in out
     assert slow_fetch.litter() == []
+
+
+def test_next_fetch_removes_a_partial_archive_download(world, upstreams):
+    """An archive download a SIGKILL cut short (fetch_tarball's `.download-*`) goes with the
+    next fetch; the archives themselves stay."""
+    from sglforge.cli.main import main
+
+    assert main(world.cli_args() + ["fetch", "--no-export"]) == 0
+    tarballs = world.cache / "tarballs"
+    partial = tarballs / ".download-abc123"
+    partial.write_bytes(b"x" * 4096)
+    assert main(world.cli_args() + ["fetch", "--no-export"]) == 0
+    assert sorted(p.name for p in tarballs.iterdir()) == [upstreams.gamma_sha]

@@ -247,6 +247,7 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
     imported = []
     with tempfile.TemporaryDirectory(prefix="sglforge-unbundle-") as tmp, cache.locked():
         work = Path(tmp)
+        cache.remove_partial_downloads()
         manifest, digests = _unpack_bundle(bundle, work)
         for entry in manifest.archives:  # check every digest before the cache changes
             if digests[entry.file] != entry.sha256:

@@ -237,6 +237,7 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     report = FetchReport()
     pins = pinned_set(lock, names, with_children=with_children)
     with cache.locked():
+        cache.remove_partial_downloads()  # a killed run's; under the lock, nobody else's
         for pin in pins:
             label = f"{pin.name} {pin.short}"
             if pin.is_git:
