@@ -26,8 +26,12 @@ ATOMIC_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 def directory_locked(directory: Path, what: str) -> Iterator[None]:
     """An exclusive flock on `directory` itself (no lock file left in it); a second holder is
     refused at once, naming `what`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise SglforgeError(f"{directory}: cannot use it as the output directory "
+                            f"({exc.strerror or exc})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

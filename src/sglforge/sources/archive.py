@@ -284,7 +284,10 @@ def _write_file(archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path,
         for chunk in iter(lambda: source.read(1 << 20), b""):
             out.write(chunk)
     os.chmod(where, _mode(member))  # umask would have narrowed it
-    os.utime(where, (member.mtime, member.mtime))
+    try:
+        os.utime(where, (member.mtime, member.mtime))
+    except (OverflowError, ValueError, TypeError):
+        pass  # a nonsense time in a header: the file keeps the time of extraction
 
 
 def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
