@@ -145,3 +145,138 @@ def test_stack_version_and_name_options(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "h200-2026.11.tar.gz").is_file()
     bad = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), "--stack-version", "../x")
     assert bad.returncode == 2 and "cannot be part of a file name" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# install.sh refuses partial, unlisted and malformed SHA256SUMS (issue 21 item 8, 7)
+
+import shutil
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def unpacked_bundle(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("bundle")
+    root = _project(tmp)
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    with tarfile.open(_archive(root)) as tar:
+        top = tar.getnames()[0]
+        tar.extractall(tmp / "host", filter="data")
+    return tmp / "host" / top
+
+
+def _run_install(bundle: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run the bundle's real install.sh with a python that records whether pip was reached."""
+    marker = tmp_path / "pip-ran"
+    fake = tmp_path / "fakepython"
+    fake.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ]; then touch {marker}; exit 0; fi\n"
+                    f"exec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    run = subprocess.run(["sh", str(bundle / "install.sh"), str(fake)], capture_output=True,
+                         text=True, env={**os.environ, "SGLFORGE_USE_UV": "0"}, check=False)
+    return run, marker.exists()
+
+
+def _edit_sums(bundle: Path, edit) -> None:
+    sums = bundle / "SHA256SUMS"
+    edited = edit(sums.read_text().splitlines(keepends=True))
+    sums.write_text(edited if isinstance(edited, str) else "".join(edited))
+
+
+LOCK_LINE = lambda lines: "".join(l for l in lines if not l.endswith("  requirements.lock\n"))
+
+
+@pytest.mark.parametrize("case", [
+    "empty", "one line kept", "lock line removed and lock changed", "unlisted wheel",
+    "malformed line", "duplicate line", "dotdot name", "not utf-8", "listed file missing"])
+def test_install_sh_refuses_partial_unlisted_or_malformed_sums(unpacked_bundle, tmp_path, case):
+    bundle = tmp_path / "b"
+    shutil.copytree(unpacked_bundle, bundle, symlinks=True)
+    wheel = "wheels/tinydep-1.0-py3-none-any.whl"
+    expect = {
+        "empty": "requirements.lock: not listed in SHA256SUMS",
+        "one line kept": "requirements.lock: not listed in SHA256SUMS",
+        "lock line removed and lock changed": "requirements.lock: not listed in SHA256SUMS",
+        "unlisted wheel": "wheels/evil-6.6.6-py3-none-any.whl: not listed in SHA256SUMS",
+        "malformed line": "SHA256SUMS line 2: not '<64 hex digits>  <file>'",
+        "duplicate line": f"{wheel} is listed twice",
+        "dotdot name": "refusing the file name '../outside'",
+        "not utf-8": "SHA256SUMS: cannot read it",
+        "listed file missing": f"{wheel}: listed in SHA256SUMS but missing",
+    }[case]
+    if case == "empty":
+        _edit_sums(bundle, lambda lines: "")
+    elif case == "one line kept":
+        _edit_sums(bundle, lambda lines: lines[0])
+    elif case == "lock line removed and lock changed":
+        _edit_sums(bundle, LOCK_LINE)
+        with open(bundle / "requirements.lock", "a") as lock:
+            lock.write("evil==6.6.6 --hash=sha256:" + "0" * 64 + "\n")
+    elif case == "unlisted wheel":
+        shutil.copy(bundle / wheel, bundle / "wheels/evil-6.6.6-py3-none-any.whl")
+    elif case == "malformed line":
+        _edit_sums(bundle, lambda lines: lines[:1] + ["deadbeef requirements.lock\n"] + lines[1:])
+    elif case == "duplicate line":
+        _edit_sums(bundle, lambda lines: lines + [l for l in lines if wheel in l])
+    elif case == "dotdot name":
+        _edit_sums(bundle, lambda lines: lines + ["0" * 64 + "  ../outside\n"])
+    elif case == "not utf-8":
+        (bundle / "SHA256SUMS").write_bytes((bundle / "SHA256SUMS").read_bytes() + b"\xff\n")
+    elif case == "listed file missing":
+        (bundle / wheel).unlink()
+    run, pip_ran = _run_install(bundle, tmp_path)
+    assert run.returncode != 0, run.stdout
+    assert "SHA256SUMS check failed; nothing installed" in run.stderr
+    assert expect in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    assert not pip_ran
+
+
+def test_install_sh_accepts_the_bundle_as_written(unpacked_bundle, tmp_path):
+    run, pip_ran = _run_install(unpacked_bundle, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "SHA256SUMS OK (6 files): every file of the bundle listed" in run.stdout
+    assert pip_ran
+
+
+# ---------------------------------------------------------------------------------------------
+# --name stays inside --out; a SIGKILLed run's temporary is removed by the next (issue 21, low)
+
+
+def killed_writer_temp(target: Path, size: int = 1 << 20) -> Path:
+    """What a SIGKILL in the middle of writing `target` leaves: run base.fs.atomic_output in a
+    child that kills itself mid-write; returns the temporary it left."""
+    code = ("import os, signal, sys; from pathlib import Path; "
+            "from sglforge.base.fs import atomic_output\n"
+            "with atomic_output(Path(sys.argv[1])) as out:\n"
+            f"    out.write(b'x' * {size}); out.flush(); os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], env=env, check=False)
+    assert proc.returncode == -9
+    (left,) = [p for p in target.parent.iterdir() if p.name.startswith(f".{target.name}.")]
+    assert left.stat().st_size == size
+    return left
+
+
+def test_bundle_name_cannot_leave_out_dir(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    out = tmp_path / "deep" / "out"
+    for name in ("../../x", "../escape", "a/b", ".hidden", "x\ny"):
+        result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), f"--name={name}",
+                         "--out", str(out))
+        assert result.returncode == 2, (name, result.stdout)
+        assert f"--name {name!r} cannot be part of a file name" in result.stderr
+    assert not list(tmp_path.rglob("*.tar.gz"))
+
+
+def test_rebundling_removes_the_temporary_a_killed_bundle_left(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    dist = root / "dist"
+    dist.mkdir()
+    left = killed_writer_temp(dist / "sglforge-stack-1.0.tar.gz")
+    mine = dist / ".notes.tmp"  # not sglforge's pattern: never touched
+    mine.write_text("keep me\n")
+    assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
+    assert not left.exists()
+    assert sorted(p.name for p in dist.iterdir()) == [".notes.tmp", _archive(root).name]

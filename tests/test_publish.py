@@ -430,3 +430,17 @@ def test_a_file_that_changes_while_it_is_copied_is_not_written(tmp_path):
     with pytest.raises(SglforgeError, match="w.whl: sha256 is .* expected 0{64}"):
         target.write_file("files/w.whl", source, sha256="0" * 64)
     assert [p.name for p in (tmp_path / "index" / "files").iterdir()] == []
+
+
+def test_republish_removes_the_temporary_a_killed_publish_left(tmp_path):
+    from tests.test_bundle import killed_writer_temp
+
+    root = _stack(tmp_path)
+    dest = tmp_path / "index"
+    _published(root, dest)
+    wheel = next((dest / "files").glob("sglang-*.whl"))
+    left = killed_writer_temp(wheel.with_name("tinydep-2.0-py3-none-any.whl"), 3 << 20)
+    page = killed_writer_temp(dest / "simple" / "sglang" / "index.html", 1000)
+    _published(root, dest)
+    assert not left.exists() and not page.exists()
+    assert not [p for p in dest.rglob(".*")]  # nothing hidden left in what is served

@@ -18,6 +18,7 @@ import urllib.parse
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.procgroup import terminate_sessions
 
 COMMITTER = {
     "GIT_COMMITTER_NAME": "sglforge",
@@ -36,6 +37,7 @@ SAFE_CONFIG = (
     ("credential.interactive", "false"),
 )
 ALLOWED_SCHEMES = ("https", "http", "file", "ssh")
+GIT_GRACE_SECONDS = 5.0  # after SIGTERM on an interrupt, before SIGKILL
 _TRANSPORT = re.compile(r"^[^/\[\]:]*::")  # git: `<helper>::<address>` runs git-remote-<helper>
 _SCP = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^@/:\[\]]+|\[[^\]/]+\]):(?P<path>.*)$")
 
@@ -139,18 +141,48 @@ def missing_object(text: str) -> str | None:
 
 
 def remove_fetch_litter(git_dir: Path) -> list[str]:
-    """Delete temporary packs a failed fetch left in `git_dir` (call with the cache locked)."""
+    """Delete what an interrupted or killed fetch leaves in `git_dir`: temporary packs and
+    indexes (tmp_pack_*, ...), loose tmp_obj_* files, the .keep a fetch holds on its pack
+    until its refs are written, and stale lock files (which would make the next fetch fail).
+
+    Call only with the source cache locked: then no other git process of ours is working in
+    `git_dir`, so all of these are left over from one that died."""
     removed = []
-    pack_dir = git_dir / "objects" / "pack"
+    objects = git_dir / "objects"
+    candidates: list[Path] = []
+    pack_dir = objects / "pack"
     if pack_dir.is_dir():
-        for path in sorted(pack_dir.iterdir()):
-            if path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_")):
-                try:
-                    path.unlink()
-                    removed.append(path.name)
-                except FileNotFoundError:
-                    pass
+        for path in pack_dir.iterdir():
+            temporary = path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_",
+                                              "tmp_mtimes_"))
+            if temporary or (path.suffix == ".keep" and _fetch_keep(path)):
+                candidates.append(path)
+    if objects.is_dir():
+        for fanout in objects.iterdir():
+            if len(fanout.name) == 2 and fanout.is_dir():
+                candidates += [p for p in fanout.iterdir() if p.name.startswith("tmp_obj_")]
+    for name in ("packed-refs.lock", "shallow.lock", "config.lock", "HEAD.lock",
+                 "FETCH_HEAD.lock"):
+        candidates.append(git_dir / name)
+    if (git_dir / "refs").is_dir():
+        candidates += (git_dir / "refs").rglob("*.lock")
+    for path in sorted(candidates):
+        try:
+            path.unlink()
+            removed.append(str(path.relative_to(git_dir)))
+        except (FileNotFoundError, IsADirectoryError):
+            pass
     return removed
+
+
+def _fetch_keep(path: Path) -> bool:
+    """A .keep that fetch-pack/index-pack wrote ("fetch-pack <pid> on <host>"), not one a
+    person made to keep a pack."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(64).startswith(b"fetch-pack ")
+    except OSError:
+        return False
 
 
 def git(
@@ -168,8 +200,18 @@ def git(
     if git_dir is not None:
         cmd += ["--git-dir", str(git_dir)]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env),
-                          stdin=subprocess.DEVNULL if input is None else None)
+    # git runs in a session of its own, so that an interrupt stops all of it: `git fetch`
+    # starts upload-pack (and that pack-objects) for a local or ssh source, which the
+    # kill() subprocess.run does on an exception would leave running.
+    child = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL if input is None else
+                             subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=git_env(env), start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(input)
+    except BaseException:  # KeyboardInterrupt, Terminated: reap the session, then go on
+        terminate_sessions([child], grace=GIT_GRACE_SECONDS)
+        raise
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     if check and proc.returncode != 0:
         raise SglforgeError(f"{what or 'git ' + args[0]} failed: {stderr_text(proc)}")
     return proc

@@ -34,7 +34,6 @@ import shlex
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,9 +302,10 @@ def _last_line(log: Path) -> str:
 
 def _unpack_wheels(wheels: list[Path], site: Path) -> None:
     """Make dependency wheels importable during a build (PYTHONPATH), without installing."""
-    for wheel in wheels:
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(site)
+    from sglforge.sources.archive import extract_zip
+
+    for wheel in wheels:  # checked member by member: a wheel may come from a remote cache
+        extract_zip(wheel, site, f"dependency wheel {wheel.name}")
 
 
 # ---------------------------------------------------------------------------------------------

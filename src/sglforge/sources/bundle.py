@@ -3,21 +3,24 @@ one tar file (a git bundle per repository, the archives, a manifest), verified o
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import sha256_file
-from sglforge.base.git import git, has_commit
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import atomic_output
+from sglforge.base.git import check_url, git, has_commit, remove_fetch_litter
+from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings
+from sglforge.sources.archive import ARCHIVE_READ_ERRORS
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
-from sglforge.sources.export import safe_members
 from sglforge.sources.fetch import GitWant, pinned_set
 
 BUNDLE_FORMAT = 1
@@ -58,23 +61,182 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                 manifest["tarballs"].append({"name": pin.name, "sha256": pin.sha256,
                                              "file": f"tarballs/{pin.sha256}"})
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, staged = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        os.close(fd)
-        try:
-            with tarfile.open(staged, "w") as archive:
-                archive.add(work / "manifest.json", "manifest.json")
+        # Under the directory's lock, a temporary of this bundle a killed run left is stale.
+        with directory_locked(out.parent, "fetch --bundle"):
+            remove_stale_temps(out.parent, output=re.compile(re.escape(out.name)))
+            with atomic_output(out) as raw, tarfile.open(fileobj=raw, mode="w") as archive:
+                archive.add(work / "manifest.json", "manifest.json")  # first: read first
                 for entry in manifest["git"]:
                     archive.add(work / entry["file"], entry["file"])
                 for entry in manifest["tarballs"]:
                     archive.add(cache.tarball(entry["sha256"]), entry["file"])
-            os.chmod(staged, 0o644)
-            os.replace(staged, out)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(staged)
     return [f"{e['url']}: {len(e['commits'])} commit(s)" for e in manifest["git"]] + [
         f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]]
+
+
+# A bundle is an uncompressed tar, so what it unpacks to is never larger than the file; its
+# members are exactly the manifest (first, capped) and the files the manifest names.
+MANIFEST_MAX_BYTES = 4 << 20
+MAX_ENTRIES = 10_000
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_GIT_FILE = re.compile(r"git/[0-9]{3,6}\.bundle")
+_PIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+@dataclass(frozen=True)
+class BundledRepo:
+    url: str
+    commits: tuple[str, ...]
+    file: str  # git/NNN.bundle
+
+
+@dataclass(frozen=True)
+class BundledArchive:
+    name: str
+    sha256: str
+    file: str  # tarballs/<sha256>
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    repos: tuple[BundledRepo, ...]
+    archives: tuple[BundledArchive, ...]
+
+    def files(self) -> set[str]:
+        return {r.file for r in self.repos} | {a.file for a in self.archives}
+
+
+def _entries(document: dict, key: str, fields: set[str], problems: list[str]) -> list[dict]:
+    value = document.get(key)
+    if not isinstance(value, list):
+        problems.append(f"'{key}' must be a list, got {type(value).__name__}")
+        return []
+    if len(value) > MAX_ENTRIES:
+        problems.append(f"'{key}' has {len(value)} entries (more than {MAX_ENTRIES})")
+        return []
+    good = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict) or set(entry) != fields:
+            keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            problems.append(f"{key}[{i}]: must be a table with exactly the keys "
+                            f"{', '.join(sorted(fields))} (got {keys})")
+            continue
+        good.append(entry)
+    return good
+
+
+def parse_manifest(data: bytes) -> BundleManifest:
+    """The manifest of a bundle, every field checked; problems raise ConfigErrors-style
+    lists (the caller names the bundle). Nothing in it is trusted: URLs pass `check_url`,
+    commits and digests are full hex, files follow the bundle's own layout only."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = f"not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
+        raise _ManifestProblems([why]) from None
+    if not isinstance(document, dict):
+        raise _ManifestProblems([f"must be a JSON object, got {type(document).__name__}"])
+    problems: list[str] = []
+    unknown = sorted(set(document) - {"format", "git", "tarballs"})
+    if unknown:
+        problems.append(f"unknown key(s) {', '.join(map(repr, unknown))}")
+    if type(document.get("format")) is not int or document["format"] != BUNDLE_FORMAT:
+        why = f"bundle format {document.get('format')!r} is not {BUNDLE_FORMAT}"
+        raise _ManifestProblems([why])
+    repos, archives, seen = [], [], set()
+    for i, entry in enumerate(_entries(document, "git", {"url", "commits", "file"}, problems)):
+        url, commits, file = entry["url"], entry["commits"], entry["file"]
+        why = check_url(url) if isinstance(url, str) else "must be a string"
+        if why:
+            problems.append(f"git[{i}].url {str(url)[:200]!r} {why}")
+        if not (isinstance(commits, list) and commits and len(commits) <= MAX_ENTRIES and all(
+                isinstance(c, str) and _HEX40.fullmatch(c) for c in commits)):
+            problems.append(f"git[{i}].commits must be a non-empty list of full 40-hex "
+                            "commit ids")
+        if not isinstance(file, str) or not _GIT_FILE.fullmatch(file) or file in seen:
+            problems.append(f"git[{i}].file {str(file)[:200]!r} must be a unique "
+                            "'git/NNN.bundle'")
+        if not problems:
+            seen.add(file)
+            repos.append(BundledRepo(url, tuple(commits), file))
+    for i, entry in enumerate(_entries(document, "tarballs", {"name", "sha256", "file"},
+                                       problems)):
+        name, digest, file = entry["name"], entry["sha256"], entry["file"]
+        if not isinstance(name, str) or not _PIN_NAME.fullmatch(name):
+            problems.append(f"tarballs[{i}].name {str(name)[:200]!r} is not a source name")
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            problems.append(f"tarballs[{i}].sha256 must be 64 lowercase hex digits")
+        elif file != f"tarballs/{digest}" or file in seen:
+            problems.append(f"tarballs[{i}].file {str(file)[:200]!r} must be a unique "
+                            f"'tarballs/{digest}'")
+        if not problems:
+            seen.add(file)
+            archives.append(BundledArchive(name, digest, file))
+    if problems:
+        raise _ManifestProblems(problems)
+    return BundleManifest(tuple(repos), tuple(archives))
+
+
+class _ManifestProblems(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(problems)
+        self.problems = problems
+
+
+def _unpack_bundle(bundle: Path, work: Path) -> tuple[BundleManifest, dict[str, str]]:
+    """Stream the bundle: the manifest must come first and is checked before anything else is
+    read; then each member must be a regular file the manifest names, once. Returns the
+    manifest and the sha256 of each unpacked file (computed while writing it)."""
+    manifest: BundleManifest | None = None
+    digests: dict[str, str] = {}
+    try:
+        with tarfile.open(bundle, mode="r|") as archive:
+            for member in archive:
+                if manifest is None:
+                    if member.name != "manifest.json" or not member.isreg():
+                        raise SglforgeError(f"{bundle}: first member is {member.name!r}, not "
+                                            "the manifest.json a sglforge bundle starts with")
+                    if member.size > MANIFEST_MAX_BYTES:
+                        raise SglforgeError(f"{bundle}: manifest.json is {member.size} bytes "
+                                            f"(more than {MANIFEST_MAX_BYTES}); refused")
+                    try:
+                        manifest = parse_manifest(archive.extractfile(member).read())
+                    except _ManifestProblems as exc:
+                        raise ConfigErrors(f"{bundle}: manifest.json", exc.problems) from None
+                    expected = manifest.files()
+                    continue
+                if member.name not in expected or member.name in digests:
+                    raise SglforgeError(
+                        f"{bundle}: member {member.name!r} is not a file its manifest names "
+                        "(or appears twice); refusing the bundle")
+                if not member.isreg() or member.issparse():
+                    raise SglforgeError(f"{bundle}: member {member.name!r} is not a regular "
+                                        "file; refusing the bundle")
+                digests[member.name] = _write_member(archive, member, work / member.name)
+    except SglforgeError:
+        raise
+    except ARCHIVE_READ_ERRORS as exc:
+        raise SglforgeError(f"{bundle}: not a sglforge bundle, which is an uncompressed tar "
+                            f"file ({type(exc).__name__}: {exc})") from None
+    if manifest is None:
+        raise SglforgeError(f"{bundle}: not a sglforge bundle (empty: no manifest.json)")
+    missing = sorted(manifest.files() - set(digests))
+    if missing:
+        raise SglforgeError(f"{bundle}: truncated: its manifest names {', '.join(missing)}, "
+                            "which the bundle does not hold")
+    return manifest, digests
+
+
+def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path) -> str:
+    digest = hashlib.sha256()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    source = archive.extractfile(member)
+    with open(where, "xb") as out:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
 
 
 def import_bundle(bundle: Path, settings: Settings) -> list[str]:
@@ -85,42 +247,34 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
     imported = []
     with tempfile.TemporaryDirectory(prefix="sglforge-unbundle-") as tmp, cache.locked():
         work = Path(tmp)
-        try:
-            with tarfile.open(bundle) as archive:
-                for member in safe_members(archive, str(bundle)):
-                    kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-                    archive.extract(member, work, **kwargs)
-        except tarfile.TarError as exc:
-            raise SglforgeError(f"{bundle}: not a sglforge bundle ({exc})") from None
-        try:
-            manifest = json.loads((work / "manifest.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError) as exc:
-            raise SglforgeError(f"{bundle}: missing or bad manifest.json ({exc})") from None
-        if manifest.get("format") != BUNDLE_FORMAT:
-            raise SglforgeError(f"{bundle}: bundle format {manifest.get('format')!r} is not "
-                                f"{BUNDLE_FORMAT}")
-        for entry in manifest["git"]:
-            git_dir = cache.git_dir(entry["url"])
+        cache.remove_partial_downloads()
+        manifest, digests = _unpack_bundle(bundle, work)
+        for entry in manifest.archives:  # check every digest before the cache changes
+            if digests[entry.file] != entry.sha256:
+                raise SglforgeError(f"{bundle}: {entry.name}: expected sha256 "
+                                    f"{entry.sha256}, got {digests[entry.file]}")
+        for entry in manifest.repos:
+            git_dir = cache.git_dir(entry.url)
             ensure_bare(git_dir)
-            path = str(work / entry["file"])
-            git("bundle", "verify", "--quiet", path, git_dir=git_dir,
-                what=f"{bundle}: verify {entry['file']} ({entry['url']})")
-            git("fetch", "--quiet", "--", path, f"+{PIN_REF}*:{PIN_REF}*", git_dir=git_dir,
-                what=f"{bundle}: import {entry['file']}")
-            for commit in entry["commits"]:
+            remove_fetch_litter(git_dir)
+            path = str(work / entry.file)
+            try:
+                git("bundle", "verify", "--quiet", path, git_dir=git_dir,
+                    what=f"{bundle}: verify {entry.file} ({entry.url})")
+                git("fetch", "--quiet", "--", path, f"+{PIN_REF}*:{PIN_REF}*",
+                    git_dir=git_dir, what=f"{bundle}: import {entry.file}")
+            except BaseException:
+                remove_fetch_litter(git_dir)
+                raise
+            for commit in entry.commits:
                 if not has_commit(git_dir, commit):
                     raise SglforgeError(f"{bundle}: expected commit {commit} for "
-                                        f"{entry['url']}, got nothing")
-            imported.append(f"{entry['url']}: {len(entry['commits'])} commit(s)")
-        for entry in manifest["tarballs"]:
-            source = work / entry["file"]
-            actual = sha256_file(source)
-            if actual != entry["sha256"]:
-                raise SglforgeError(f"{bundle}: {entry['name']}: expected sha256 "
-                                    f"{entry['sha256']}, got {actual}")
-            target = cache.tarball(entry["sha256"])
+                                        f"{entry.url}, got nothing")
+            imported.append(f"{entry.url}: {len(entry.commits)} commit(s)")
+        for entry in manifest.archives:
+            target = cache.tarball(entry.sha256)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target.with_suffix(".tmp"))
+            shutil.copyfile(work / entry.file, target.with_suffix(".tmp"))
             os.replace(target.with_suffix(".tmp"), target)
-            imported.append(f"{entry['name']}: sha256 {entry['sha256'][:12]}")
+            imported.append(f"{entry.name}: sha256 {entry.sha256[:12]}")
     return imported

@@ -35,6 +35,19 @@ class SourceCache:
     def tarball(self, sha256: str) -> Path:
         return self.root / "tarballs" / sha256
 
+    def remove_partial_downloads(self) -> list[str]:
+        """Delete archive downloads and imports a killed run left in tarballs/ (`.download-*`
+        of fetch, `<sha256>.tmp` of a bundle import). Call with the cache locked."""
+        removed = []
+        folder = self.root / "tarballs"
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if path.name.startswith(".download-") or path.name.endswith(".tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                        removed.append(path.name)
+        return removed
+
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Serialize writers of this cache (waiting): fetches from two builds may overlap."""

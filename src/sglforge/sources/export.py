@@ -4,7 +4,6 @@ placed as plain files) or an extracted archive; plus snapshots of arbitrary dire
 from __future__ import annotations
 
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -14,6 +13,7 @@ from sglforge.base.fs import replace_dir, sha256_file, staging_dir
 from sglforge.base.git import git, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
+from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_tar
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.fetch import verify_git_pin
 
@@ -50,36 +50,10 @@ def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) 
     return placed
 
 
-def safe_members(archive: tarfile.TarFile, source: str) -> list[tarfile.TarInfo]:
-    members = archive.getmembers()
-    for member in members:
-        path = PurePosixPath(member.name)
-        if path.is_absolute() or ".." in path.parts:
-            raise SglforgeError(f"{source}: archive member {member.name!r} escapes the tree")
-        if member.issym() or member.islnk():
-            target = PurePosixPath(member.linkname)
-            if target.is_absolute() or ".." in (path.parent / target).parts[:1]:
-                raise SglforgeError(f"{source}: archive link {member.name!r} -> "
-                                    f"{member.linkname!r} escapes the tree")
-    return members
-
-
 def _extract_tarball(path: Path, dest: Path, label: str) -> None:
-    """Extract, dropping the single top-level directory GitHub-style archives have."""
-    with tarfile.open(path) as archive:
-        members = safe_members(archive, label)
-        tops = {PurePosixPath(m.name).parts[0] for m in members if m.name not in ("", ".")}
-        strip = len(tops) == 1 and any(m.isdir() and PurePosixPath(m.name).parts ==
-                                       (next(iter(tops)),) for m in members)
-        for member in members:
-            parts = PurePosixPath(member.name).parts
-            if strip:
-                parts = parts[1:]
-                if not parts:
-                    continue
-            member.name = str(PurePosixPath(*parts))
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            archive.extract(member, dest, **kwargs)
+    """Extract a pinned archive member by member, checked (sources/archive.py), dropping the
+    single top-level directory GitHub-style archives have."""
+    extract_tar(path, dest, f"{label}: archive {path}", SOURCE_ARCHIVE_LIMITS, strip_top=True)
 
 
 def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,

@@ -26,6 +26,7 @@ from sglforge.base.git import (
     rev,
     stderr_text,
 )
+from sglforge.base.procgroup import Terminated
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
@@ -86,6 +87,8 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     URL and commit go after `--`; temporary packs of a failed fetch are removed.
     """
     git_dir = cache.git_dir(want.url)
+    if git_dir.is_dir():  # what a killed fetch left (the cache is locked: nobody is working)
+        remove_fetch_litter(git_dir)
     if has_commit(git_dir, want.commit):
         git("update-ref", "--", PIN_REF + want.commit, want.commit, git_dir=git_dir)
         return "cached"
@@ -94,18 +97,22 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     ensure_bare(git_dir)
     mirror_cfg = settings.git_mirror_args() + ["-c", "protocol.version=2",
                                                "-c", "uploadpack.allowAnySHA1InWant=true"]
-    by_id = git("fetch", "--quiet", "--no-tags", "--", want.url, want.commit, git_dir=git_dir,
-                config=mirror_cfg, check=False)
-    if by_id.returncode != 0:
-        remove_fetch_litter(git_dir)
-    if by_id.returncode != 0 or not has_commit(git_dir, want.commit):
-        every = git("fetch", "--quiet", "--prune", "--", want.url,
-                    "+refs/heads/*:refs/sglforge/upstream/heads/*",
-                    "+refs/tags/*:refs/sglforge/upstream/tags/*",
+    try:
+        by_id = git("fetch", "--quiet", "--no-tags", "--", want.url, want.commit,
                     git_dir=git_dir, config=mirror_cfg, check=False)
-        if every.returncode != 0:
+        if by_id.returncode != 0:
             remove_fetch_litter(git_dir)
-            raise _fetch_failure(want, settings, [by_id, every])
+        if by_id.returncode != 0 or not has_commit(git_dir, want.commit):
+            every = git("fetch", "--quiet", "--prune", "--", want.url,
+                        "+refs/heads/*:refs/sglforge/upstream/heads/*",
+                        "+refs/tags/*:refs/sglforge/upstream/tags/*",
+                        git_dir=git_dir, config=mirror_cfg, check=False)
+            if every.returncode != 0:
+                remove_fetch_litter(git_dir)
+                raise _fetch_failure(want, settings, [by_id, every])
+    except (KeyboardInterrupt, Terminated):  # git's session is gone (base/git.py): clean up
+        remove_fetch_litter(git_dir)
+        raise
     if not has_commit(git_dir, want.commit):
         got = "no such commit in the repository"
         if ref_hint:
@@ -126,12 +133,12 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     return "fetched"
 
 
-def _open_url(url: str):  # noqa: ANN202 - a binary file-like object
+def _open_url(url: str):
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
         return open(urllib.parse.unquote(parsed.path) if parsed.scheme else url, "rb")
     request = urllib.request.Request(url, headers={"User-Agent": "sglforge"})
-    return urllib.request.urlopen(request, timeout=60)  # noqa: S310 - URL comes from the pin
+    return urllib.request.urlopen(request, timeout=60)
 
 
 def fetch_tarball(cache: SourceCache, pin: Pin, settings: Settings, offline: bool) -> str:
@@ -230,6 +237,7 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     report = FetchReport()
     pins = pinned_set(lock, names, with_children=with_children)
     with cache.locked():
+        cache.remove_partial_downloads()  # a killed run's; under the lock, nobody else's
         for pin in pins:
             label = f"{pin.name} {pin.short}"
             if pin.is_git:

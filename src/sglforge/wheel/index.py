@@ -52,6 +52,7 @@ from typing import Any, Protocol
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import atomic_output
 from sglforge.base.requirements import canonical_name
+from sglforge.base.staletemp import remove_stale_temps
 
 API_VERSION = "1.0"  # PEP 629 repository version / PEP 691 api-version
 FILES = "files"
@@ -112,6 +113,9 @@ class LocalTarget:
             except BlockingIOError:
                 raise SglforgeError(f"{self.root}: another publish into this index is "
                                     "running; try again when it is done") from None
+            # Holding the lock, every atomic_output temporary in the index is a killed
+            # publisher's (a whole wheel, hidden in what is served): remove them.
+            remove_stale_temps(self.root, recursive=True)
             yield
         finally:
             os.close(fd)
