@@ -13,8 +13,10 @@ Contracts:
 - Keys are '/'-separated relative paths: no leading '/', no empty, '.' or '..' segment, no
   backslash or control character; each segment is percent-encoded in the URL.
 - Credentials come from the URL's userinfo, else from the netrc file (`$NETRC`, else
-  `~/.netrc`) entry of the host. They are sent as HTTP Basic on every request and never appear
-  in an error, a log line or `str(store)` (`store.url` is the URL without them).
+  `~/.netrc`) `machine` entry of exactly the configured host (its `default` entry is never
+  used: it would hand its credentials to any host). They are sent as HTTP Basic on every
+  request and never appear in an error, a log line or `str(store)` (`store.url` is the URL
+  without them).
 - Redirects are not followed (an error): credentials never travel to another host.
 - Writes are atomic for readers: the bytes go to `<collection>/.<name>.tmp-<random>` and a
   WebDAV MOVE puts them at the key (`Overwrite: T`, or `F` with `overwrite=False`, where an
@@ -122,11 +124,14 @@ def _netrc_credentials(host: str) -> tuple[str, str] | None:
     if not path.is_file():
         return None
     try:
-        entry = netrc.netrc(str(path)).authenticators(host)
+        parsed = netrc.netrc(str(path))
     except (netrc.NetrcParseError, OSError) as exc:
         # the message of NetrcParseError quotes the line: it might hold a password
         raise SglforgeError(f"{path}: cannot read it ({type(exc).__name__}, line "
                             f"{getattr(exc, 'lineno', '?')})") from None
+    # Only a `machine` entry naming this very host: `authenticators` falls back to the
+    # `default` entry, whose credentials would then go to whatever host a config names.
+    entry = next((v for k, v in parsed.hosts.items() if k.lower() == host.lower()), None)
     if entry is None:
         return None
     login, _account, password = entry
