@@ -56,7 +56,7 @@ def test_an_unevaluable_marker_in_lock_runtime_names_the_wheel(tmp_path):
     result = _cli(stack.root, "lock-runtime", "--input-only", "--metadata", str(metadata))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    assert f"sglang.METADATA sha256=" in result.stderr and "~= \"3\"" in result.stderr
+    assert "sglang.METADATA sha256=" in result.stderr and "~= \"3\"" in result.stderr
 
 
 def _wheel_with(path: Path, member: str, size: int, *, lie: int | None = None) -> Path:
@@ -137,16 +137,15 @@ def test_a_declared_size_that_lies_is_caught_after_cap_plus_one_bytes(tmp_path, 
     # zipfile stops at the declared size and fails the CRC, or the cap stops it: either way
     # one line naming wheel and member, and at most cap + 1 bytes decompressed
     assert str(error.value).startswith(f"{wheel}: member {member} ")
-    with zipfile.ZipFile(_wheel_with(tmp_path / "y.whl", member, cap + 4096)) as archive:
-        with pytest.raises(MemberTooLarge, match=f"member {member} declares {cap + 4096} bytes"):
-            read_member(archive, member, tmp_path / "y.whl")
+    with zipfile.ZipFile(_wheel_with(tmp_path / "y.whl", member, cap + 4096)) as archive, \
+            pytest.raises(MemberTooLarge, match=f"member {member} declares {cap + 4096} bytes"):
+        read_member(archive, member, tmp_path / "y.whl")
     with zipfile.ZipFile(_wheel_with(tmp_path / "z.whl", member, 1000)) as archive:
         assert len(read_member(archive, member, tmp_path / "z.whl")) == 1000
 
 
 def test_provenance_and_module_sources_are_capped_too(tmp_path):
     from sglforge.wheel.members import CAPS, MemberTooLarge
-
     from sglforge.wheel.provenance import read_json
 
     wheel = _wheel_with(tmp_path / "p.whl", "sglang-0.5.21.dist-info/sglforge-build.json",

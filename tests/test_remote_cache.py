@@ -372,8 +372,8 @@ def test_hostile_entries_never_name_files_or_lock_lines(tmp_path, webdav):
         # every value well formed, none of them true
         "file": ({**good_meta, "file": "evil-6.6.6-py3-none-any.whl", "name": "evil",
                   "version": "6.6.6"}, {"evil-6.6.6-py3-none-any.whl": good},
-                 f"entry.json names the file evil-6.6.6-py3-none-any.whl, but the wheel's "
-                 f"METADATA and WHEEL make it {wheel.name}"),
+                 ("entry.json names the file evil-6.6.6-py3-none-any.whl, but the wheel's "
+                  f"METADATA and WHEEL make it {wheel.name}")),
         # another distribution, stamped with the right content key
         "distribution": ({**good_meta, "name": "evil", "sha256": evil_digest},
                          {wheel.name: evil.read_bytes()},

@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -28,9 +29,9 @@ SMALL = b"x" * 3000
 
 class Hostile(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    sent: dict[str, int] = {}  # path -> body bytes written before the client went away
-    entries: dict[str, bytes] = {}  # path -> an entry.json to serve
-    requested: list[str] = []
+    sent: ClassVar[dict[str, int]] = {}  # path -> body bytes written before the client left
+    entries: ClassVar[dict[str, bytes]] = {}  # path -> an entry.json (or any file) to serve
+    requested: ClassVar[list[str]] = []
 
     def log_message(self, *args) -> None:  # noqa: ANN002 - quiet
         pass

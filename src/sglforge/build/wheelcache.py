@@ -115,12 +115,13 @@ def read_entry(data: bytes | str) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge numbers
         raise ValueError(f"not JSON ({str(exc).split(':')[0]})") from None
     if not isinstance(meta, dict):
-        raise ValueError(f"not a JSON object (a {type(meta).__name__})")
+        raise ValueError(f"not a JSON object (a {type(meta).__name__})")  # noqa: TRY004
     fields: dict[str, Any] = {}
     for name in ("file", "sha256", "name", "version"):
         value = meta.get(name)
         if not isinstance(value, str):
-            raise ValueError(f"'{name}' is {'missing' if value is None else 'not a string'}")
+            raise ValueError(  # noqa: TRY004 - one kind of problem: not sglforge's JSON
+                f"'{name}' is {'missing' if value is None else 'not a string'}")
         if not value or _UNSAFE.search(value):
             raise ValueError(f"'{name}' is empty or has spaces or control characters")
         fields[name] = value
