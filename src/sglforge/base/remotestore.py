@@ -367,9 +367,9 @@ class RemoteStore:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def exists(self, key: str) -> bool:
+    def exists(self, key: str, *, deadline: float = DEFAULT_DEADLINE) -> bool:
         path = self._path(check_key(key))
-        status = self._request("HEAD", path, deadline=DEFAULT_DEADLINE).status
+        status = self._request("HEAD", path, deadline=deadline).status
         if status == 200:
             return True
         if status == 404:

@@ -283,7 +283,8 @@ class RemoteWheelCache:
 
     def has(self, key: str) -> bool:
         """Whether a committed entry (entry.json) exists; not verified (`plan --matrix`)."""
-        return self.store.exists(f"{self.entry_prefix(key)}/entry.json")
+        return self.store.exists(f"{self.entry_prefix(key)}/entry.json",
+                                 deadline=self.limits.deadline)
 
     def fetch(self, key: str, content_key: str, dest_dir: Path,
               expected: ExpectedWheel) -> CacheEntry | None:
