@@ -53,6 +53,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, sha256_file
 from sglforge.base.remotestore import (
     DEFAULT_DEADLINE,
+    MAX_DOWNLOAD,
     DownloadProgress,
     DownloadTooLarge,
     IntegrityError,
@@ -62,7 +63,7 @@ from sglforge.base.remotestore import (
 
 ENTRY_LIMIT = 1 << 16  # entry.json: a few hundred bytes when sglforge writes it
 DEFAULT_MAX_SIZE = 16 << 30  # [wheel-cache] max-size: the largest wheel a download may be
-HARD_MAX_SIZE = 1 << 40  # what max-size may be set to
+HARD_MAX_SIZE = MAX_DOWNLOAD  # 64 GiB: what max-size may be set to
 WHEEL_FILE = re.compile(r"[A-Za-z0-9._+!-]+\.whl")  # the characters publish allows too
 SHA256 = re.compile(r"[0-9a-f]{64}")
 _UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")  # a value that reaches a lock line or file name
