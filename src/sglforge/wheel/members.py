@@ -28,6 +28,10 @@ CAPS = {
 }
 
 
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
 class MemberTooLarge(SglforgeError):
     """A wheel member is larger than the cap for its kind."""
 
@@ -52,7 +56,7 @@ def read_member(archive: zipfile.ZipFile, name: str, wheel: Path | str,
         raise SglforgeError(f"{wheel}: has no member {name}") from None
     if info.file_size > cap:
         raise MemberTooLarge(f"{wheel}: member {name} declares {info.file_size} bytes, more "
-                             f"than the {cap >> 10} KiB a {kind} may have (not read)")
+                             f"than the {_size(cap)} a {kind} may have (not read)")
     try:
         with archive.open(info) as handle:
             data = handle.read(cap + 1)
@@ -62,6 +66,6 @@ def read_member(archive: zipfile.ZipFile, name: str, wheel: Path | str,
         raise SglforgeError(f"{wheel}: member {name} is unreadable "
                             f"({type(exc).__name__}: {exc})") from None
     if len(data) > cap:  # the declared size lied
-        raise MemberTooLarge(f"{wheel}: member {name} is larger than the {cap >> 10} KiB a "
+        raise MemberTooLarge(f"{wheel}: member {name} is larger than the {_size(cap)} a "
                              f"{kind} may have (its declared size {info.file_size} is wrong)")
     return data
