@@ -328,3 +328,74 @@ def test_a_dev_wheel_planted_under_its_clean_key_is_refused(tmp_path, webdav):
     assert release.returncode == 0, release.stdout + release.stderr
     assert "entry refused, rebuilding" in release.stdout and "a dev build" in release.stdout
     assert _built(release, "purepy") and ", uploaded" in release.stdout
+
+
+def _renamed_wheel(good: Path, out: Path, name: str) -> None:
+    """`good` with its METADATA Name changed (everything else, provenance and its content
+    key included, kept): a wheel of another distribution planted under the right key."""
+    import zipfile
+
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/METADATA"):
+                data = re.sub(rb"(?m)^Name: .*$", f"Name: {name}".encode(), data)
+            dst.writestr(info, data)
+
+
+@needs_cc
+def test_hostile_entries_never_name_files_or_lock_lines(tmp_path, webdav):
+    """Issue 21 item 5: what entry.json says (file, name, version) never reaches wheels/ or
+    wheels.lock; name, version and file name come from the verified wheel itself."""
+    project = make_project(tmp_path, ("purepy",))
+    project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n')
+    readme = project.root / "wheels" / "README.md"
+    readme.write_text("# wheels/: tracked, never overwritten\n")
+    first = host(project, "writer").run("build")
+    assert first.returncode == 0 and ", uploaded" in first.stdout, first.stdout + first.stderr
+    entry = _entry_dir(webdav, "purepy")
+    [wheel] = entry.glob("*.whl")
+    good, good_meta = wheel.read_bytes(), json.loads((entry / "entry.json").read_text())
+    digest = good_meta["sha256"]
+    evil = tmp_path / "evil.whl"
+    _renamed_wheel(wheel, evil, "evil")
+    evil_digest = hashlib.sha256(evil.read_bytes()).hexdigest()
+    inject = f" --hash=sha256:{digest}\ntorch==9.9.9"
+    variants = {
+        # the object named README.md holds the real wheel: sha256 and provenance match
+        "readme": ({**good_meta, "file": "README.md"}, {"README.md": good},
+                   "'file' 'README.md' is not a wheel file name"),
+        "name": ({**good_meta, "name": f"purepy\nevil==6.6.6 --hash=sha256:{digest}"}, {},
+                 "'name' is empty or has spaces or control characters"),
+        "version": ({**good_meta, "version": good_meta["version"] + inject}, {},
+                    "'version' is empty or has spaces or control characters"),
+        # every value well formed, none of them true
+        "file": ({**good_meta, "file": "evil-6.6.6-py3-none-any.whl", "name": "evil",
+                  "version": "6.6.6"}, {"evil-6.6.6-py3-none-any.whl": good},
+                 ("entry.json names the file evil-6.6.6-py3-none-any.whl, but the wheel's "
+                  f"METADATA and WHEEL make it {wheel.name}")),
+        # another distribution, stamped with the right content key
+        "distribution": ({**good_meta, "name": "evil", "sha256": evil_digest},
+                         {wheel.name: evil.read_bytes()},
+                         "its METADATA Name 'evil' is not purepy, the wheel the recipe builds"),
+    }
+    for label, (meta, objects, reason) in variants.items():
+        for stale in entry.iterdir():
+            stale.unlink()
+        wheel.write_bytes(good)
+        for object_name, data in objects.items():
+            (entry / object_name).write_bytes(data)
+        (entry / "entry.json").write_text(json.dumps(meta))
+        victim = host(project, f"victim-{label}")
+        result = victim.run("build", env={"SGLFORGE_WHEEL_CACHE_READ_ONLY": "1"})
+        assert result.returncode == 0, (label, result.stdout + result.stderr)
+        assert "warning: remote wheel cache entry refused, rebuilding: " in result.stdout, label
+        assert reason in result.stdout, (label, result.stdout)
+        assert _built(result, "purepy"), label
+        assert (victim.root / "wheels" / "README.md").read_text() == readme.read_text(), label
+        assert sorted(p.name for p in (victim.root / "wheels").iterdir()) == sorted(
+            ["README.md", "manifest.json", wheel.name]), label
+        lines = [line for line in victim.lock().splitlines() if not line.startswith("#")]
+        assert lines == [f"purepy=={good_meta['version']} --hash=sha256:{digest}"], (label,
+                                                                                    lines)
+        assert not list((project.build_root / "out" / ".remote").glob("*")), label

@@ -83,6 +83,26 @@ def test_netrc_supplies_credentials(webdav_auth, tmp_path, monkeypatch):
     assert store.get_bytes("k/x") == b"via netrc"
 
 
+def test_a_netrc_default_entry_is_never_sent(webdav_auth, tmp_path, monkeypatch):
+    """Issue 21, low: netrc's `default` would hand its credentials to whatever host a config
+    names; only a `machine` entry for exactly the configured host is used."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine cache.example login other password elsewhere\n"
+                     f"default login ci password {PASSWORD}\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    store = RemoteStore.from_url(webdav_auth.public_url)
+    with pytest.raises(SglforgeError) as error:  # sent nothing, so the server says 401
+        store.put("k/x", b"data")
+    assert "HTTP 401" in str(error.value) and PASSWORD not in str(error.value)
+    assert webdav_auth.files() == []
+    netrc.write_text(f"default login nobody password wrong\n"
+                     f"machine 127.0.0.1 login ci password {PASSWORD}\n")
+    store = RemoteStore.from_url(webdav_auth.public_url)
+    store.put("k/x", b"the machine entry")
+    assert store.get_bytes("k/x") == b"the machine entry"
+
+
 @pytest.mark.parametrize(("url", "problem"), [
     ("ftp://host/x", "scheme must be http or https, got 'ftp'"),
     ("cache.example/x", "scheme must be http or https, got none"),

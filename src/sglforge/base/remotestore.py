@@ -13,8 +13,10 @@ Contracts:
 - Keys are '/'-separated relative paths: no leading '/', no empty, '.' or '..' segment, no
   backslash or control character; each segment is percent-encoded in the URL.
 - Credentials come from the URL's userinfo, else from the netrc file (`$NETRC`, else
-  `~/.netrc`) entry of the host. They are sent as HTTP Basic on every request and never appear
-  in an error, a log line or `str(store)` (`store.url` is the URL without them).
+  `~/.netrc`) `machine` entry of exactly the configured host (its `default` entry is never
+  used: it would hand its credentials to any host). They are sent as HTTP Basic on every
+  request and never appear in an error, a log line or `str(store)` (`store.url` is the URL
+  without them).
 - Redirects are not followed (an error): credentials never travel to another host.
 - Writes are atomic for readers: the bytes go to `<collection>/.<name>.tmp-<random>` and a
   WebDAV MOVE puts them at the key (`Overwrite: T`, or `F` with `overwrite=False`, where an
@@ -23,6 +25,12 @@ Contracts:
 - `get(..., sha256=)`: downloads next to `dest`, verifies, then renames. A mismatch raises
   `IntegrityError` (an `SglforgeError`) and leaves `dest` untouched: the caller decides
   whether that is fatal (publishing) or a miss (the wheel cache rebuilds, wheelcache.py).
+- Downloads are bounded: at most `max_bytes` (a larger `Content-Length` is refused before
+  the body, a longer body when it passes the cap: `DownloadTooLarge`), and one total
+  `deadline` per object, connect and headers included — a socket timeout alone is not
+  enough, a server trickling one byte every few seconds never trips it. A watchdog shuts the
+  socket down when the deadline passes. On any failure the partial file is deleted.
+  `progress` (a `DownloadProgress`) gets a line every N bytes or seconds of a long download.
 - A read-only store refuses `put` with an error before any request.
 - Timeouts, connection failures and unexpected HTTP statuses are one-line `SglforgeError`s
   naming the method and the URL (without credentials).
@@ -40,14 +48,18 @@ import re
 import secrets
 import socket
 import ssl
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 from sglforge.base.errors import SglforgeError
 
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 60.0  # one socket operation (connect, one read)
+DEFAULT_DEADLINE = 1800.0  # one whole download: connect, headers and body
 MAX_SMALL_FILE = 16 << 20  # get_bytes refuses more than this
+MAX_DOWNLOAD = 64 << 30  # get without max_bytes: the hard maximum of one object
 _CHUNK = 1 << 20
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _PCHAR = "+,;=@:!$&'()*"  # allowed unencoded in a path segment (RFC 3986); wheels have '+'
@@ -59,6 +71,66 @@ def _quote(segment: str) -> str:
 
 class IntegrityError(SglforgeError):
     """A downloaded file's sha256 is not the expected one (the file was not kept)."""
+
+
+class DownloadTooLarge(SglforgeError):
+    """A download is larger than its cap (the partial file was not kept)."""
+
+
+class DownloadProgress:
+    """Lines about one long download: one each `every_bytes` or `every_seconds`, whichever
+    comes first (a fast small download prints none; a trickle still prints)."""
+
+    def __init__(self, name: str, report, *, every_bytes: int = 256 << 20,  # noqa: ANN001
+                 every_seconds: float = 15.0) -> None:
+        self.name, self.report = name, report  # report(line): print, usually
+        self.every_bytes, self.every_seconds = every_bytes, every_seconds
+        self.started = self._last_time = time.monotonic()
+        self._last_bytes = 0
+
+    def update(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if done - self._last_bytes < self.every_bytes and now - self._last_time < \
+                self.every_seconds:
+            return
+        self._last_bytes, self._last_time = done, now
+        of = f" of {_mib(total)} ({100 * done // max(total, 1)}%)" if total else ""
+        self.report(f"{self.name}: {_mib(done)}{of} after {now - self.started:.0f}s")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+class _Watchdog:
+    """Ends one exchange at its deadline whatever the server does: shuts the socket down
+    (a blocked read returns or fails at once), and remembers that it did."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, sock: socket.socket | None, elapsed: float) -> None:
+        self._sock = sock
+        self._timer = threading.Timer(max(self.seconds - elapsed, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            if self._sock is not None:
+                with contextlib.suppress(OSError):  # the fd itself, not SSLSocket.shutdown
+                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._sock = None
 
 
 def url_problem(url: str) -> str | None:
@@ -122,11 +194,14 @@ def _netrc_credentials(host: str) -> tuple[str, str] | None:
     if not path.is_file():
         return None
     try:
-        entry = netrc.netrc(str(path)).authenticators(host)
+        parsed = netrc.netrc(str(path))
     except (netrc.NetrcParseError, OSError) as exc:
         # the message of NetrcParseError quotes the line: it might hold a password
         raise SglforgeError(f"{path}: cannot read it ({type(exc).__name__}, line "
                             f"{getattr(exc, 'lineno', '?')})") from None
+    # Only a `machine` entry naming this very host: `authenticators` falls back to the
+    # `default` entry, whose credentials would then go to whatever host a config names.
+    entry = next((v for k, v in parsed.hosts.items() if k.lower() == host.lower()), None)
     if entry is None:
         return None
     login, _account, password = entry
@@ -227,35 +302,58 @@ class RemoteStore:
             headers["Authorization"] = self._auth
         return headers
 
-    def _fail(self, method: str, path: str, what: str) -> SglforgeError:
-        return SglforgeError(f"remote store: {method} {self._absolute(path)}: {what}")
+    def _fail(self, method: str, path: str, what: str,
+              kind: type[SglforgeError] = SglforgeError) -> SglforgeError:
+        return kind(f"remote store: {method} {self._absolute(path)}: {what}")
 
     @contextlib.contextmanager
     def _exchange(self, method: str, path: str, *, body=None,  # noqa: ANN001
-                  headers: dict[str, str] | None = None):
-        """One request on a fresh connection; yields the response (body not yet read)."""
+                  headers: dict[str, str] | None = None, deadline: float | None = None):
+        """One request on a fresh connection; yields the response (body not yet read).
+        `deadline`: seconds for the whole exchange, reading the body included."""
         conn = self._connection()
+        started = time.monotonic()
+        watchdog = _Watchdog(deadline) if deadline is not None else None
+        late = f"exceeded the deadline of {deadline:g}s for one download" if deadline else ""
         try:
             try:
+                conn.connect()
+                if watchdog is not None:
+                    watchdog.arm(conn.sock, time.monotonic() - started)
                 conn.request(method, path, body=body, headers=self._headers(headers))
                 response = conn.getresponse()
                 yield response
             except (socket.timeout, TimeoutError):
+                if watchdog is not None and watchdog.fired:
+                    raise self._fail(method, path, late) from None
                 raise self._fail(method, path, f"timed out after {self.timeout:g}s") from None
             except ssl.SSLError as exc:
+                if watchdog is not None and watchdog.fired:
+                    raise self._fail(method, path, late) from None
                 raise self._fail(method, path, f"TLS error ({exc.reason or exc})") from None
             except (ConnectionError, OSError) as exc:
+                if watchdog is not None and watchdog.fired:
+                    raise self._fail(method, path, late) from None
                 reason = exc.strerror or type(exc).__name__
                 raise self._fail(method, path, f"cannot connect ({reason})") from None
-            except http.client.HTTPException as exc:
+            except (http.client.HTTPException, ValueError) as exc:
+                # ValueError: http.client on a mangled chunk size or Content-Length
+                if watchdog is not None and watchdog.fired:
+                    raise self._fail(method, path, late) from None
                 raise self._fail(method, path, f"bad HTTP response ({type(exc).__name__})"
                                  ) from None
+            if watchdog is not None and watchdog.fired:  # the body ended because of it
+                raise self._fail(method, path, late)
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             conn.close()
 
     def _request(self, method: str, path: str, *, body=None,  # noqa: ANN001
-                 headers: dict[str, str] | None = None, limit: int = 1 << 16) -> _Response:
-        with self._exchange(method, path, body=body, headers=headers) as response:
+                 headers: dict[str, str] | None = None, limit: int = 1 << 16,
+                 deadline: float | None = None) -> _Response:
+        with self._exchange(method, path, body=body, headers=headers,
+                            deadline=deadline) as response:
             data = response.read(limit)
             return _Response(response.status, data)
 
@@ -269,45 +367,72 @@ class RemoteStore:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def exists(self, key: str) -> bool:
+    def exists(self, key: str, *, deadline: float = DEFAULT_DEADLINE) -> bool:
         path = self._path(check_key(key))
-        status = self._request("HEAD", path).status
+        status = self._request("HEAD", path, deadline=deadline).status
         if status == 200:
             return True
         if status == 404:
             return False
         raise self._unexpected("HEAD", path, status)
 
-    def get_bytes(self, key: str, *, limit: int = MAX_SMALL_FILE) -> bytes | None:
+    def get_bytes(self, key: str, *, limit: int = MAX_SMALL_FILE,
+                  deadline: float = DEFAULT_DEADLINE) -> bytes | None:
         """The file's bytes, or None when absent (small files: at most `limit` bytes)."""
         path = self._path(check_key(key))
-        with self._exchange("GET", path) as response:
+        with self._exchange("GET", path, deadline=deadline) as response:
             if response.status == 404:
                 return None
             if response.status != 200:
                 raise self._unexpected("GET", path, response.status)
-            data = response.read(limit + 1)
+            self._refuse_declared_size(path, response, limit)
+            data = bytearray()
+            while len(data) <= limit and (chunk := response.read1(limit + 1 - len(data))):
+                data += chunk
         if len(data) > limit:
-            raise self._fail("GET", path, f"larger than {limit} bytes")
-        return data
+            raise self._fail("GET", path, f"larger than {limit} bytes", DownloadTooLarge)
+        return bytes(data)
 
-    def get(self, key: str, dest: Path, *, sha256: str | None = None) -> bool:
+    def _refuse_declared_size(self, path: str, response: http.client.HTTPResponse,
+                              cap: int) -> None:
+        declared = response.getheader("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > cap:
+            raise self._fail("GET", path, f"Content-Length {declared.strip()} is more than "
+                                          f"the {cap} bytes allowed (not downloaded)",
+                             DownloadTooLarge)
+
+    def get(self, key: str, dest: Path, *, sha256: str | None = None,
+            max_bytes: int | None = None, deadline: float = DEFAULT_DEADLINE,
+            progress: DownloadProgress | None = None) -> bool:
         """Download `key` to `dest` (temporary file next to it, sha256 checked, rename).
-        False when the key is absent; `IntegrityError` when the digest differs."""
+        False when the key is absent; `IntegrityError` when the digest differs,
+        `DownloadTooLarge` past `max_bytes`, an `SglforgeError` past `deadline` seconds."""
         path = self._path(check_key(key))
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(6)}.download")
         try:
-            with self._exchange("GET", path) as response:
+            with self._exchange("GET", path, deadline=deadline) as response:
                 if response.status == 404:
                     return False
                 if response.status != 200:
                     raise self._unexpected("GET", path, response.status)
-                digest = hashlib.sha256()
+                cap = MAX_DOWNLOAD if max_bytes is None else max_bytes
+                self._refuse_declared_size(path, response, cap)
+                declared = response.getheader("Content-Length") or ""
+                total = int(declared) if declared.strip().isdigit() else None
+                digest, done = hashlib.sha256(), 0
                 with _local_file(tmp) as handle:
-                    while chunk := response.read(_CHUNK):
+                    # read1: returns what one receive brings (read(n) waits for all n bytes)
+                    while chunk := response.read1(min(_CHUNK, cap + 1 - done)):
+                        done += len(chunk)
+                        if done > cap:
+                            raise self._fail("GET", path, f"the body is longer than the {cap} "
+                                             "bytes allowed (download stopped, nothing kept)",
+                                             DownloadTooLarge)
                         digest.update(chunk)
                         _write(handle, chunk, tmp)
+                        if progress is not None:
+                            progress.update(done, total)
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise IntegrityError(
                     f"remote store: {self._absolute(path)}: sha256 {digest.hexdigest()[:16]}… "

@@ -49,7 +49,14 @@ from sglforge.build import compiler_cache, environment, prefixmap
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
-from sglforge.build.wheelcache import CacheEntry, RemoteRefused, RemoteWheelCache, WheelCache
+from sglforge.build.wheelcache import (
+    CacheEntry,
+    DownloadLimits,
+    ExpectedWheel,
+    RemoteRefused,
+    RemoteWheelCache,
+    WheelCache,
+)
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
@@ -633,17 +640,29 @@ def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache |
     if not url or not options.use_wheel_cache or not options.use_remote_cache:
         return None
     read_only = settings.wheel_cache.read_only or options.remote_read_only
-    return RemoteWheelCache(RemoteStore.from_url(url, read_only=read_only))
+    limits = DownloadLimits(max_size=settings.wheel_cache.max_size,
+                            deadline=settings.wheel_cache.download_deadline)
+    return RemoteWheelCache(RemoteStore.from_url(url, read_only=read_only), limits,
+                            report=functools.partial(print, flush=True))
+
+
+def expected_wheel(ctx: _Context, recipe: Recipe, series: PatchSeries) -> ExpectedWheel:
+    """What `recipe` builds from `series`, as far as known before building (the version
+    rules of `_postprocess`): a remote entry must be that wheel."""
+    local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag)
+    version = None if recipe.version_label == "retag" else recipe.version(local)
+    return ExpectedWheel(recipe.name, version, local if version is None else None)
 
 
 def _remote_lookup(ctx: _Context, name: str, key: BuildKey, cache: WheelCache,
-                   staging: Path) -> BuiltWheel | None:
+                   staging: Path, expected: ExpectedWheel) -> BuiltWheel | None:
     """A verified remote hit, copied into the local tier; None on a miss or a refusal."""
     assert ctx.remote is not None
     started = time.monotonic()
     try:
         with ctx.report.steps.step(f"{name}: remote cache"):
-            entry = ctx.remote.fetch(key.remote_value, key.value, staging / ".remote")
+            entry = ctx.remote.fetch(key.remote_value, key.value, staging / ".remote",
+                                     expected)
     except RemoteRefused as exc:
         print(f"    warning: remote wheel cache entry refused, rebuilding: {exc}", flush=True)
         return None
@@ -760,7 +779,8 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                           "cache; using it (no dev build)", flush=True)
                 continue
             if ctx.remote is not None:
-                fetched = _remote_lookup(ctx, name, key, cache, staging)
+                fetched = _remote_lookup(ctx, name, key, cache, staging,
+                                         expected_wheel(ctx, recipe, series[name]))
                 if fetched is not None:
                     built[name] = fetched
                     print(f"==> {name}: cached, from the remote cache (key {key.short}) "

@@ -11,6 +11,7 @@ from sglforge.base.requirements import canonical_name
 from sglforge.check.findings import Findings
 from sglforge.check.stack import Stack
 from sglforge.check.target import Target
+from sglforge.wheel.runtime import UnevaluableMarker, marker_applies
 
 PART = "abi"
 
@@ -36,7 +37,10 @@ def check_abi(stack: Stack, target: Target, findings: Findings) -> None:
                 req = Requirement(text)
             except InvalidRequirement:
                 continue  # reported by resolution
-            applies = req.marker is None or req.marker.evaluate(target.marker_environment())
+            try:
+                applies = marker_applies(req, [target.marker_environment()])
+            except UnevaluableMarker:
+                continue  # reported by resolution
             if canonical_name(req.name) != "torch" or not applies:
                 continue
             if target.torch and not req.specifier.contains(Version(target.torch),

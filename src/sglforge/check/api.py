@@ -20,6 +20,7 @@ from sglforge.check.findings import Findings
 from sglforge.check.modules import WheelModules
 from sglforge.check.stack import Stack, StackWheel
 from sglforge.check.waivers import Alias, Waiver
+from sglforge.wheel.members import read_member
 
 PART = "api"
 KERNEL_MODULES = ("deep_gemm", "sgl_kernel", "flashinfer", "tilelang", "nixl", "nixl_ep")
@@ -127,7 +128,8 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
     with zipfile.ZipFile(consumer.file) as archive:
         for member in consumer.members:
             if member.startswith(f"{consumer_module}/") and member.endswith(".py"):
-                text = archive.read(member).decode("utf-8", "replace")
+                text = read_member(archive, member, consumer.file, "source").decode(
+                    "utf-8", "replace")
                 uses += collect_uses(text, member, kernel_modules)
     used_waivers: set[Waiver] = set()
     reported: set[tuple[str, int, str]] = set()

@@ -15,6 +15,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge.wheel.members import read_member
+
 EXTENSION_SUFFIXES = (".so", ".pyd")
 # Attributes every module object has, whatever its source says.
 MODULE_DUNDERS = frozenset({"__name__", "__file__", "__path__", "__doc__", "__spec__",
@@ -91,7 +93,7 @@ class WheelModules:
     def _read(self, member: str) -> str:
         if self._zip is None:
             self._zip = zipfile.ZipFile(self.wheel)
-        return self._zip.read(member).decode("utf-8", "replace")
+        return read_member(self._zip, member, self.wheel, "source").decode("utf-8", "replace")
 
     def _compute(self, module: str) -> ModuleNames:
         if module in self.extensions and module not in self.sources:

@@ -17,6 +17,7 @@ from sglforge.base.requirements import canonical_name
 from sglforge.check.findings import Findings
 from sglforge.check.stack import Stack, StackWheel
 from sglforge.check.target import Target
+from sglforge.wheel.runtime import UnevaluableMarker, marker_applies
 
 PART = "resolution"
 
@@ -51,9 +52,12 @@ def active_requirements(wheel: StackWheel, extras: frozenset[str], target: Targe
         except InvalidRequirement as exc:
             findings.error(PART, f"{wheel.label}: unparsable Requires-Dist {text!r}: {exc}")
             continue
-        if req.marker is None or any(req.marker.evaluate(target.marker_environment(extra))
-                                     for extra in ("", *sorted(extras))):
-            active.append(req)
+        try:
+            if marker_applies(req, [target.marker_environment(extra)
+                                    for extra in ("", *sorted(extras))]):
+                active.append(req)
+        except UnevaluableMarker as exc:
+            findings.error(PART, f"{wheel.label} ({wheel.file.name}): {exc}")
     return active
 
 

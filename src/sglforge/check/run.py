@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.errors import SglforgeError
 from sglforge.check.abi import check_abi
 from sglforge.check.api import KERNEL_MODULES, check_api
 from sglforge.check.findings import Findings
@@ -89,9 +90,13 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: A
     built = [w for w in stack.wheels if w.provenance is not None]
     if built:
         metadata = [runtime.read_metadata(w.file) for w in built]
-        drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
-                                               target.python, target.torch and
-                                               target.torch.split("+", 1)[0])
+        try:
+            drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
+                                                   target.python, target.torch and
+                                                   target.torch.split("+", 1)[0])
+        except SglforgeError as exc:  # a requirement lock-runtime cannot use
+            findings.error("resolution", f"cannot derive {source.name}: {exc}")
+            return
         if drift:
             findings.hint("resolution", drift)
 

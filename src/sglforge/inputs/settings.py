@@ -26,6 +26,8 @@ entries replace the file's for the same prefix.
     [wheel-cache]                           # the remote tier of the wheel cache
     remote = "https://cache.example/sglforge/"  # SGLFORGE_WHEEL_CACHE_REMOTE (WebDAV)
     read-only = true                        # SGLFORGE_WHEEL_CACHE_READ_ONLY; untrusted jobs
+    max-size = "16GiB"                      # SGLFORGE_WHEEL_CACHE_MAX_SIZE: largest download
+    download-deadline = 1800                # SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE (seconds)
 
 `[wheel-cache]` is read by its own declaration (`WheelCacheSettings`, `_wheel_cache_layer`);
 its origins are named `wheel-cache.remote` / `wheel-cache.read-only`. The remote URL is
@@ -88,6 +90,13 @@ class WheelCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
                           doc="read the remote tier, never upload (untrusted jobs)")
+    # a download is capped at its entry's size, and never more than this (build/wheelcache.py)
+    max_size: int = key("max-size", default=16 << 30, env="SGLFORGE_WHEEL_CACHE_MAX_SIZE",
+                        doc="the largest wheel a remote download may be (e.g. 16GiB)")
+    download_deadline: float = key("download-deadline", "number", default=1800.0,
+                                   env="SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE",
+                                   maximum=86400.0,
+                                   doc="seconds one remote download may take in all")
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,25 @@ CONVERT = {"cache_dir": _to_path, "build_root": _to_abs_path, "mem_available": _
 CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
 
 
+def _to_download_size(raw: Any) -> int | Refused:
+    from sglforge.build.wheelcache import HARD_MAX_SIZE
+
+    size = parse_memory(str(raw)) if isinstance(raw, str) else None
+    if size is None or not 0 < size <= HARD_MAX_SIZE:
+        return Refused(f"expected a size like 16GiB or 512MiB, at most {HARD_MAX_SIZE >> 30}GiB")
+    return size
+
+
+def _to_seconds(raw: Any) -> float | Refused:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(raw, bool) or not 0 < value <= 86400:  # NaN fails too
+        return Refused("expected a number of seconds > 0 and <= 86400")
+    return value
+
+
 def _to_wheel_remote(raw: Any) -> str:
     from sglforge.base.remotestore import url_problem
 
@@ -248,7 +276,8 @@ COMPILER_CACHE = SettingsTable(
     {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
      "read_only": "--compiler-cache-read-only"})
 WHEEL_CACHE = SettingsTable("wheel-cache", WheelCacheSettings,
-                            {"remote": _to_wheel_remote, "read_only": _to_bool})
+                            {"remote": _to_wheel_remote, "read_only": _to_bool,
+                             "max_size": _to_download_size, "download_deadline": _to_seconds})
 CACHE_TABLE = COMPILER_CACHE.name
 
 
@@ -478,6 +507,8 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
             value = getattr(values, name)
             if isinstance(value, bool):
                 shown = str(value).lower()
+            elif isinstance(value, (int, float)):  # wheel-cache sizes and seconds
+                shown = _show_size(value) if name == "max_size" else f"{value:g}s"
             else:  # a remote URL may hold a password
                 shown = "(none)" if value is None and name == "remote" else mask_secrets(
                     value or "none")

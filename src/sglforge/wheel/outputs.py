@@ -3,13 +3,24 @@
 Wheels are copied in (each atomically) only after every wheel of the run succeeded; the
 manifest and the lock are then replaced atomically. Entries of wheels not rebuilt in this
 run (a partial `build -- NAME`) are kept when their files are still there.
+
+Every value that becomes a file name in wheels/ or a line of wheels.lock is checked first
+(`entry_problem`), whatever produced it (a build, a remote cache entry, an old manifest): a
+file name is a wheel file name, a name a PEP 508 distribution name, a version a PEP 440
+version, a hash 64 hex digits, none with spaces or control characters. A newline in a
+version would otherwise be an extra requirement in the lock, and a file name `README.md` a
+tracked file overwritten with wheel bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import atomic_write_bytes, write_if_changed
@@ -21,6 +32,45 @@ from sglforge.inputs.toolchain import Toolchain
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 RUNTIME_MARKER = "# third-party runtime pins"  # in wheels.lock: where our own wheels end
+
+
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508
+_VERSION_CHARS = re.compile(r"[A-Za-z0-9.+!_-]+")
+_WHEEL_FILE = re.compile(r"[A-Za-z0-9._+!-]+\.whl")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def entry_problem(file: str | None, name: str, version: str, sha256: str) -> str | None:
+    """Why these values cannot be a wheel in wheels/ and a line of wheels.lock (None: they
+    can; `file` None: not checked, only the lock line); the message shows them with repr,
+    so a hidden newline is visible."""
+    if file is not None:
+        if not isinstance(file, str) or not _WHEEL_FILE.fullmatch(file):
+            return f"file {file!r} is not a wheel file name"
+        try:
+            parse_wheel_filename(file)
+        except (InvalidWheelFilename, InvalidVersion):
+            return f"file {file!r} is not a valid wheel file name (PEP 427)"
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return f"name {name!r} is not a distribution name"
+    if not isinstance(version, str) or not _VERSION_CHARS.fullmatch(version):
+        return f"version {version!r} is not a version (characters)"
+    try:
+        Version(version)
+    except InvalidVersion:
+        return f"version {version!r} is not a PEP 440 version"
+    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+        return f"sha256 {sha256!r} is not 64 lowercase hex digits"
+    return None
+
+
+def _check_entries(entries: list[dict], where: str, *, files: bool = True) -> None:
+    problems = [f"{e.get('file', e.get('name'))!r}: {problem}" for e in entries
+                if (problem := entry_problem(e["file"] if files else None, e["name"],
+                                             e["version"], e["sha256"]))]
+    if problems:
+        raise SglforgeError(f"{where}: refusing to write wheels/ and wheels.lock:\n  "
+                            + "\n  ".join(problems))
 
 
 def _entry(wheel) -> dict:  # noqa: ANN001 - build.BuiltWheel (avoid an import cycle)
@@ -37,6 +87,8 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
     new_names = {canonical_name(w.name) for w in wheels}
     kept = [e for e in old if canonical_name(e["name"]) not in new_names
             and (out_dir / e["file"]).is_file()]
+    entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: canonical_name(e["name"]))
+    _check_entries(entries, str(manifest_path))  # before a file in out_dir changes
     for entry in old:
         if canonical_name(entry["name"]) in new_names and entry["file"] not in {
                 w.path.name for w in wheels}:
@@ -52,7 +104,6 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
                 and dest.stat().st_size == wheel.path.stat().st_size:
             continue
         atomic_write_bytes(dest, wheel.path.read_bytes())
-    entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: canonical_name(e["name"]))
     manifest = {"format": MANIFEST_FORMAT,
                 "generated_by": "sglforge build (nox -s build); do not edit",
                 "wheels": entries}
@@ -109,9 +160,13 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
         "#   pip install --require-hashes --no-index --find-links wheels/ -r lockfiles/wheels.lock",
         f"# toolchain: CUDA {toolchain.cuda}, python {toolchain.python}{torch}",
     ]
+    _check_entries(entries, "lockfiles/wheels.lock", files=False)  # lines: checked here too
     for entry in entries:
         lines.append(f"{canonical_name(entry['name'])}=={entry['version']} "
                      f"--hash=sha256:{entry['sha256']}")
+    bad = [line for line in runtime if re.search(r"[\x00-\x1f\x7f]", line)]
+    if bad:
+        raise SglforgeError(f"runtime.lock: a requirement has a control character: {bad[0]!r}")
     if runtime:
         lines.append(f"{RUNTIME_MARKER}, copied from lockfiles/runtime.lock:")
         lines += runtime

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.base.errors import SglforgeError
+from sglforge.wheel.members import read_member
 
 PROVENANCE_FILE = "sglforge-build.json"
 FORMAT = 1
@@ -164,7 +165,7 @@ def read_json(wheel: Path) -> Any:
                 raise SglforgeError(f"{wheel}: no <name>-<version>.dist-info/{PROVENANCE_FILE}; "
                                     "not a wheel built by sglforge",
                                     hint="rebuild it with `nox -s build`")
-            text = archive.read(names[0])
+            text = read_member(archive, names[0], wheel, PROVENANCE_FILE)
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
         raise SglforgeError(f"{wheel}: not a valid wheel ({exc})") from None
     try:

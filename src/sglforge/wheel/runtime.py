@@ -35,6 +35,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_text, sha256_file
 from sglforge.base.requirements import canonical_name, logical_lines
 from sglforge.base.tomlfile import read_input_text
+from sglforge.wheel.members import read_member
 
 GENERATED_MARKER = ("# ---- generated below by `sglforge lock-runtime` from wheel metadata; "
                     "edit above this line ----")
@@ -54,6 +55,25 @@ def marker_environment(python: str, machine: str = "x86_64") -> dict[str, str]:
             "platform_python_implementation": "CPython", "os_name": "posix",
             "sys_platform": "linux", "platform_system": "Linux", "platform_machine": machine,
             "platform_release": "", "platform_version": ""}
+
+
+class UnevaluableMarker(SglforgeError):
+    """A requirement's marker packaging parses but cannot evaluate (the message names it)."""
+
+
+def marker_applies(requirement, environments) -> bool:  # noqa: ANN001 - Requirement, envs
+    """Whether `requirement`'s marker holds in any of `environments` (True without one).
+
+    A marker can parse and still not evaluate: `python_version ~= "3"` (`~=` needs two
+    release segments) raises packaging's UndefinedComparison, a ValueError, only when
+    evaluated; that is an `UnevaluableMarker` naming the requirement, never a traceback."""
+    if requirement.marker is None:
+        return True
+    try:
+        return any(requirement.marker.evaluate(env) for env in environments)
+    except (ValueError, TypeError) as exc:  # UndefinedComparison, UndefinedEnvironmentName
+        raise UnevaluableMarker(f"Requires-Dist {str(requirement)!r}: the marker cannot be "
+                                f"evaluated ({type(exc).__name__}: {exc})") from None
 
 
 @dataclass(frozen=True)
@@ -79,10 +99,10 @@ def metadata_headers(path: Path) -> email.message.Message:
                 if len(names) != 1:
                     raise SglforgeError(f"{path}: expected one <name>.dist-info/METADATA, "
                                         f"found {len(names)}")
-                text = archive.read(names[0]).decode("utf-8")
+                text = read_member(archive, names[0], path, "METADATA").decode("utf-8")
         else:
             text = read_input_text(path)
-    except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, EOFError) as exc:
         raise SglforgeError(f"{path}: cannot read wheel metadata ({exc})") from None
     message = email.parser.Parser(policy=email.policy.compat32).parsestr(text)
     if not message["Name"] or not message["Version"]:
@@ -127,9 +147,13 @@ def derive_requirements(metadata: list[Metadata], ours: set[str], python: str,
     if problems:
         raise SglforgeError("unreadable requirements:\n  " + "\n  ".join(problems))
 
-    def applies(req: Requirement, extras: set[str]) -> bool:
-        return req.marker is None or any(req.marker.evaluate({**env, "extra": e})
-                                         for e in {"", *extras})
+    source = {meta.name: meta.source for meta in metadata}
+
+    def applies(req: Requirement, extras: set[str], wheel: str) -> bool:
+        try:
+            return marker_applies(req, [{**env, "extra": e} for e in ("", *sorted(extras))])
+        except UnevaluableMarker as exc:
+            raise SglforgeError(f"{source[wheel]}: {exc}") from None
 
     # Extras our wheels request from our wheels, to a fixed point (an extra may request more).
     extras: dict[str, set[str]] = {name: set() for name in parsed}
@@ -139,14 +163,14 @@ def derive_requirements(metadata: list[Metadata], ours: set[str], python: str,
         for name, reqs in parsed.items():
             for req in reqs:
                 target = canonical_name(req.name)
-                if target in extras and applies(req, extras[name]) \
+                if target in extras and applies(req, extras[name], name) \
                         and not set(req.extras) <= extras[target]:
                     extras[target] |= set(req.extras)
                     changed = True
     wanted: dict[str, set[str]] = {}
     for name, reqs in parsed.items():
         for req in reqs:
-            if canonical_name(req.name) in ours or not applies(req, extras[name]):
+            if canonical_name(req.name) in ours or not applies(req, extras[name], name):
                 continue
             req.marker = None
             wanted.setdefault(str(req), set()).add(name)
