@@ -21,7 +21,15 @@ def render_plan(project: Project, settings: Settings) -> str:
         elif pin.fetchcontent:
             placement = f"  -> {pin.parent} FetchContent {pin.fetchcontent}"
         ref = f" ({pin.ref})" if pin.ref else ""
+        if pin.sdist:
+            placement += f"  sdist {pin.sdist} from the package index"
         out.append(f"  {pin.name:<{width}}  {what}{ref}{placement}")
+        for embed in pin.embeds:  # claims of the archive, never fetched: say so
+            claimed = f"claimed {embed.claimed_commit[:12]}" if embed.claimed_commit \
+                else "no commit claimed"
+            pinned = f", tree {embed.tree[:12]} pinned" if embed.tree else ""
+            out.append(f"  {'':<{width}}    embeds {embed.path} ({claimed}, unverifiable"
+                       f"{pinned})")
     out.append("")
     out.append("patch series:")
     all_series = {}
