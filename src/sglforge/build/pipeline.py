@@ -66,8 +66,16 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
+from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
+from sglforge.sources.trees import (
+    SourceTrees,
+    TreeRecords,
+    input_tree,
+    input_trees,
+    worktree_tree,
+)
 from sglforge.wheel import audit, leaks, normalize, outputs
 from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
 from sglforge.wheel.provenance import Provenance
@@ -127,6 +135,21 @@ class PreparedSource:
     source_dir: Path  # tree + recipe subdir
     fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
     source_date_epoch: int
+    trees: SourceTrees | None = None  # tree ids of what is compiled (provenance, verify)
+
+
+def source_trees(lock: Lockfile, upstream: str, series: PatchSeries, settings: Settings,
+                 tree: Path, exported: dict[str, Path]) -> SourceTrees:
+    """The upstream's `git write-tree` after its series, and each input's tree; the first is
+    recorded so `plan` can show it."""
+    cache = SourceCache(settings.cache_dir)
+    after = worktree_tree(tree)
+    TreeRecords(cache).record_patched(lock.get(upstream), series.digest, after)
+    inputs = input_trees(lock, cache, upstream, exported)
+    missing = [name for name, value in inputs.items() if value is None]
+    if missing:  # the build just fetched and exported all of them
+        raise SglforgeError(f"{upstream}: no tree id for {', '.join(missing)}")
+    return SourceTrees(upstream, after, {k: v for k, v in inputs.items() if v})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,12 +168,13 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     tree = export_source(lock, recipe.upstream, root.src(recipe.upstream), settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)  # strictly, one commit per entry
-    fetchcontent = {}
+    fetchcontent, exported = {}, {}
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, root.dep(pin.name), settings)
-        fetchcontent[pin.fetchcontent] = dep.path
-    return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch), recipe,
-                    tree.commit)
+        fetchcontent[pin.fetchcontent] = exported[pin.name] = dep.path
+    trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
+    return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch, trees),
+                    recipe, tree.commit)
 
 
 def _checked(prepared: PreparedSource, recipe: Recipe, commit: str | None) -> PreparedSource:
@@ -168,12 +192,17 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     tree = export_source(lock, recipe.upstream, ws.scratch / "tree", settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)
+    after = worktree_tree(tree.path)
     live = ws.slot("tree").live
     stats = sync_tree(tree.path, live, previous=ws.previous("tree"))
     tracked = {"tree": stats.tracked}
     fetchcontent = {}
+    cache = SourceCache(settings.cache_dir)
+    inputs = input_trees(lock, cache, recipe.upstream)  # archives: from their records
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, ws.scratch / "deps" / pin.name, settings)
+        if inputs.get(pin.name) is None:
+            inputs[pin.name] = input_tree(cache, pin, dep.path)
         slot = ws.slot(f"deps/{pin.name}")
         dep_stats = sync_tree(dep.path, slot.live, previous=ws.previous(slot.key))
         tracked[slot.key] = dep_stats.tracked
@@ -190,7 +219,8 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
              if changed and not ws.fresh else "")
           + f", {len([p for p in stats.removed if not p.startswith('.git/')])} removed, "
             f"{stats.unchanged} unchanged", flush=True)
-    return _checked(PreparedSource(live / recipe.subdir, fetchcontent, epoch), recipe,
+    trees = SourceTrees(recipe.upstream, after, {k: v for k, v in inputs.items() if v})
+    return _checked(PreparedSource(live / recipe.subdir, fetchcontent, epoch, trees), recipe,
                     tree.commit)
 
 
@@ -360,20 +390,27 @@ class _WheelJob:
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-                epoch: int) -> Provenance:
+                epoch: int, trees: SourceTrees | None = None) -> Provenance:
     """What the wheel is built from; post-processing stamps its version in."""
     pin = ctx.lock.get(recipe.upstream)
     with_torch = recipe.requires_torch_abi or "torch" in recipe.build_requires
+    inputs = trees.inputs if trees is not None else {}
     return Provenance(
         format=PROVENANCE_FORMAT,
         generated_by="sglforge build",
         wheel=recipe.name,
         upstream=recipe.upstream,
         url=pin.url,
-        commit=pin.commit,
+        commit=pin.identity,  # an archive upstream: sha256:<hex>, not a made-up commit
+        sha256=pin.sha256,
+        sdist=pin.sdist,
+        tree=trees.tree if trees is not None else None,
+        embeds=tuple({"path": e.path, "url": e.url, "claimed_commit": e.claimed_commit,
+                      "tree": e.tree, "verified": False} for e in pin.embeds) or None,
         version="",
         subdir=recipe.subdir,
-        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256}
+        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256,
+                       **({"tree": inputs[p.name]} if p.name in inputs else {})}
                       for p in ctx.lock.closure(recipe.upstream)[1:]),
         patches=tuple({"name": e.name, "sha256": e.digest} for e in series.entries),
         series_sha256=series.digest,
@@ -530,7 +567,8 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
     assert prepared is not None and job.built is not None
     local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag)
     version = recipe.version(local)
-    provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch)
+    provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch,
+                             prepared.trees)
     retag = recipe.version_label == "retag"
     job.final, job.info = normalize.postprocess(
         job.built, job.staging, expected_version=None if retag else version,

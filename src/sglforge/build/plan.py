@@ -1,4 +1,5 @@
-"""`sglforge plan`: what a build would use and do, in order. Reads only the repository."""
+"""`sglforge plan`: what a build would use and do, in order. Reads the repository and, for
+tree ids already computed, the source cache (sources/trees.py); runs nothing."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def render_plan(project: Project, settings: Settings) -> str:
             else:
                 out.append(f"    {entry.name}  sha256:{entry.digest[:12]}")
     out.append("")
+    out += _tree_lines(lock, all_series, settings)
+    out.append("")
     out.append(f"steps (cache {settings.cache_dir}, build root {settings.build_root}):")
     step = 0
     for upstream in lock.upstreams():
@@ -72,6 +75,24 @@ def render_plan(project: Project, settings: Settings) -> str:
         step += 1
         out.append(f"  {step}. {line}")
     return "\n".join(out)
+
+
+def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[str]:
+    """Tree ids a build would compile, where the source cache already knows them (plan runs
+    nothing: an upstream with a series is known once `patches check` or a build recorded it)."""
+    from sglforge.sources.cache import SourceCache
+    from sglforge.sources.trees import NOT_COMPUTED, input_tree, planned_tree
+
+    cache = SourceCache(settings.cache_dir)
+    out = ["source trees (git tree ids: the upstream after its series, and each input):"]
+    for upstream in lock.upstreams():
+        series = all_series[upstream.name]
+        tree = planned_tree(cache, upstream, series.digest, bool(series.entries))
+        out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else NOT_COMPUTED))
+        for pin in lock.closure(upstream.name)[1:]:
+            value = input_tree(cache, pin)
+            out.append(f"    {pin.name}: " + (f"tree {value}" if value else NOT_COMPUTED))
+    return out
 
 
 def _build_steps(project: Project, lock: Lockfile) -> list[str]:
