@@ -90,6 +90,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--from-lock", action="store_true",
                    help="expected digests from lockfiles/wheels.lock (wheels/ need not exist); "
                         "guards the shared wheel cache")
+    p.add_argument("--trees", action="store_true",
+                   help="compile nothing: export each wheel's pin, apply its series and "
+                        "compare git write-tree (and each input's tree) with its provenance")
+    p.add_argument("--offline", action="store_true",
+                   help="with --trees: use only the source cache")
     p.set_defaults(func=run_verify_verb)
 
     p = subparsers.add_parser("build-requirements",
@@ -174,6 +179,16 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.build.verify import render, run_verify
 
     check_recipes(args.names, ctx.project.recipes_dir)
+    if args.trees:
+        from sglforge.build.verify import check_trees, render_trees
+
+        checked = check_trees(ctx.project, ctx.settings, tuple(args.names),
+                              from_lock=args.from_lock, offline=args.offline)
+        print(render_trees(checked))
+        bad = [r for r in checked if not r.ok]
+        print(f"verify --trees: {len(checked) - len(bad)} of {len(checked)} source tree(s) "
+              "as recorded")
+        return 1 if bad else 0
     out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
     results = run_verify(ctx.project, ctx.settings, _options(args), out,
                          from_lock=args.from_lock)
