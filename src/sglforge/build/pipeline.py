@@ -55,6 +55,7 @@ from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
 from sglforge.inputs.settings import Settings
+from sglforge.inputs.targets import Target, load_target
 from sglforge.inputs.toolchain import (
     CudaToolkit,
     Toolchain,
@@ -100,6 +101,7 @@ class BuildOptions:
     progress_interval: float = 30.0
     dev: bool = False  # incremental build of the one named recipe (build/devtree.py)
     publish_dev: bool = False  # dev wheels into wheels/ and the lock (else <root>/dev-wheels)
+    target: str | None = None  # targets/<name>.toml (None: the product); wheels/targets/<name>
 
 
 @dataclass(frozen=True)
@@ -423,6 +425,7 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         source_date_epoch=epoch,
         build_root=str(ctx.settings.build_root),
         content_key=key.value,
+        target=ctx.options.target,
     )
 
 
@@ -663,6 +666,11 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
                       dev=dev, uploaded=uploaded)
 
 
+def target_wheels_dir(project: Project, target: str) -> Path:
+    """Where a target build's wheels and manifest go: wheels/targets/<name>/."""
+    return project.wheels_dir / "targets" / target
+
+
 def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache | None:
     """The remote wheel cache this run uses (None: not configured or switched off)."""
     from sglforge.base.remotestore import RemoteStore
@@ -710,6 +718,7 @@ class BuildInputs:
     series: dict[str, PatchSeries]
     cuda: CudaToolkit | None
     tool: ToolchainFingerprint
+    target: Target | None = None
 
     def keys(self, build_root: Path) -> dict[str, BuildKey]:
         """The content key of every selected recipe, dependencies first (each key holds its
@@ -718,19 +727,22 @@ class BuildInputs:
         for name in self.order:
             recipe = self.recipes[name]
             keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
-                                     build_root, {d: keys[d].value for d in recipe.depends})
+                                     build_root, {d: keys[d].value for d in recipe.depends},
+                                     target=self.target.name if self.target else None)
         return keys
 
 
 def load_inputs(project: Project, settings: Settings,
-                names: tuple[str, ...] | list[str] = ()) -> BuildInputs:
+                names: tuple[str, ...] | list[str] = (),
+                target: str | None = None) -> BuildInputs:
     """Lockfile, toolchain, recipes (`names` + dependencies; all when empty), series, CUDA, and
     the build interpreter's fingerprint (checked against the toolchain pins; the tools'
     `--version` outputs come from `<cache-dir>/toolchain-versions.json` while their stat
     stamps hold)."""
     lock = parse_lockfile(project.lockfile)
     toolchain = load_toolchain(project.toolchain)
-    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    chosen = load_target(project.root, target) if target else None
+    recipes = load_recipes(project.recipes_dir, lock, toolchain, chosen)
     wanted = select(recipes, list(names))
     order = build_order({n: recipes[n].depends for n in wanted})
     series = {n: load_series(project, recipes[n].upstream) for n in order}
@@ -742,14 +754,14 @@ def load_inputs(project: Project, settings: Settings,
                        environment.search_path(cuda.home if cuda else None),
                        versions=versions)
     versions.save()
-    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool)
+    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool, chosen)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     cache = options.compiler_cache
     report = BuildReport(compiler_cache=cache.describe() if cache else None)
     with report.steps.step("load"):
-        inputs = load_inputs(project, settings, options.names)
+        inputs = load_inputs(project, settings, options.names, options.target)
         lock, toolchain, recipes = inputs.lock, inputs.toolchain, inputs.recipes
         order, series, cuda, tool = inputs.order, inputs.series, inputs.cuda, inputs.tool
         for name in order:
@@ -767,8 +779,12 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
                    report, remote=remote_tier(settings, options))
     root.path.mkdir(parents=True, exist_ok=True)
-    publish = options.out_dir is None and (dev_name is None or options.publish_dev)
-    out_dir = options.out_dir or (project.wheels_dir if publish else root.dev_wheels)
+    # a target's wheels never replace the product's wheels/ and lockfiles/wheels.lock
+    publish = options.out_dir is None and (dev_name is None or options.publish_dev) \
+        and options.target is None
+    default_out = target_wheels_dir(project, options.target) if options.target else (
+        project.wheels_dir if publish else root.dev_wheels)
+    out_dir = options.out_dir or default_out
     with exclusive_lock(root.lock, f"build root {root.path}"), \
             exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
                            f"output directory {out_dir}"):
@@ -779,6 +795,10 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if inputs.target is not None:
+            print(f"target {inputs.target.name} ({inputs.target.path.name}"
+                  + (f": {inputs.target.description}" if inputs.target.description else "")
+                  + f"); wheels to {out_dir}")
         if report.compiler_cache:
             print(f"compiler cache: {report.compiler_cache}")
         if ctx.remote is not None:

@@ -10,9 +10,15 @@ from sglforge.inputs.settings import Settings
 from sglforge.patching.series import Backport, load_series
 
 
-def render_plan(project: Project, settings: Settings) -> str:
+def render_plan(project: Project, settings: Settings, target: str | None = None) -> str:
     lock = parse_lockfile(project.lockfile)
     out = [f"pins ({project.lockfile.relative_to(project.root)}):"]
+    if target is not None:
+        from sglforge.inputs.targets import load_target
+
+        chosen = load_target(project.root, target)
+        out.insert(0, f"target {chosen.name} ({chosen.path.relative_to(project.root)}"
+                      + (f": {chosen.description}" if chosen.description else "") + ")")
     width = max(len(p.name) for p in lock.pins) if lock.pins else 0
     for pin in lock.pins:
         what = pin.commit or f"sha256:{pin.sha256}"
@@ -71,7 +77,7 @@ def render_plan(project: Project, settings: Settings) -> str:
         if series.entries:
             step += 1
             out.append(f"  {step}. apply {len(series.entries)} patch(es), one commit each")
-    for line in _build_steps(project, lock):
+    for line in _build_steps(project, lock, target):
         step += 1
         out.append(f"  {step}. {line}")
     return "\n".join(out)
@@ -95,22 +101,29 @@ def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[st
     return out
 
 
-def _build_steps(project: Project, lock: Lockfile) -> list[str]:
+def _build_steps(project: Project, lock: Lockfile, target: str | None = None) -> list[str]:
     """One line per recipe, in dependency order (nothing when there are no recipes yet)."""
     if not project.recipes_dir.is_dir() or not project.toolchain.exists():
         return []
     from sglforge.build.scheduler import build_order
     from sglforge.inputs.recipes import load_recipes
+    from sglforge.inputs.targets import load_target
     from sglforge.inputs.toolchain import load_toolchain
 
-    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain,
+                           load_target(project.root, target) if target else None)
     lines = []
     for name in build_order({n: r.depends for n, r in recipes.items()}):
         recipe = recipes[name]
         archs = ", ".join(recipe.cuda_archs) or "no device code"
         after = f", after {', '.join(recipe.depends)}" if recipe.depends else ""
-        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{after})")
-    lines.append("post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
+        local = recipe.local_label("<patchset8>", toolchain.cuda_tag)
+        label = f", label +{local}" if local else ""
+        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{label}"
+                     f"{after})")
+    lines.append(f"post-process, audit, write wheels/targets/{target}/manifest.json" if target
+                 else "post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
     return lines
 
 
@@ -120,7 +133,8 @@ def _build_steps(project: Project, lock: Lockfile) -> list[str]:
 MATRIX_FORMAT = 1
 
 
-def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True) -> dict:
+def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True,
+                 target: str | None = None) -> dict:
     """The recipes whose wheels are missing from the wheel cache, as CI jobs.
 
     Content keys are computed exactly as `sglforge build` computes them, so this needs the
@@ -136,7 +150,7 @@ def build_matrix(project: Project, settings: Settings, *, use_remote: bool = Tru
     from sglforge.build.pipeline import BuildOptions, load_inputs, remote_tier
     from sglforge.build.wheelcache import WheelCache
 
-    inputs = load_inputs(project, settings)
+    inputs = load_inputs(project, settings, target=target)
     keys = inputs.keys(settings.build_root)
     remote = remote_tier(settings, BuildOptions(use_remote_cache=use_remote))
     local = WheelCache(settings.cache_dir)

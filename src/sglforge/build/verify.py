@@ -28,7 +28,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
 from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
-from sglforge.build.pipeline import BuildOptions, run_build
+from sglforge.build.pipeline import BuildOptions, run_build, target_wheels_dir
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
@@ -110,9 +110,9 @@ def run_diffoscope(a: Path, b: Path, report: Path) -> Path | None:
     return report
 
 
-def expected_from_manifest(project: Project) -> dict[str, dict]:
-    """recipe -> {"file", "sha256"} from wheels/manifest.json."""
-    path = project.wheels_dir / MANIFEST
+def expected_from_manifest(project: Project, wheels_dir: Path | None = None) -> dict[str, dict]:
+    """recipe -> {"file", "sha256"} from wheels/manifest.json (a target's: its directory)."""
+    path = (wheels_dir or project.wheels_dir) / MANIFEST
     expected = {e["recipe"]: {"file": e["file"], "sha256": e["sha256"],
                               "provenance": e.get("provenance")}
                 for e in load_manifest(path) if "recipe" in e}
@@ -163,9 +163,15 @@ def _reference(project: Project, sha256: str) -> Path | None:
 
 def run_verify(project: Project, settings: Settings, options: BuildOptions,
                out_dir: Path, *, from_lock: bool = False) -> list[Comparison]:
-    reference_dir = project.wheels_dir
+    reference_dir = target_wheels_dir(project, options.target) if options.target else \
+        project.wheels_dir
+    if from_lock and options.target:
+        raise SglforgeError("verify --from-lock checks the product's lockfiles/wheels.lock; "
+                            "a target build has its manifest only (drop --target or "
+                            "--from-lock)")
     source = project.wheels_lock if from_lock else reference_dir / MANIFEST
-    expected = expected_from_lock(project) if from_lock else expected_from_manifest(project)
+    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
+        project, reference_dir)
     names = list(options.names) or sorted(expected)
     missing = [n for n in names if n not in expected]
     if missing:
@@ -215,7 +221,8 @@ def run_verify(project: Project, settings: Settings, options: BuildOptions,
 
 
 def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (),
-                *, from_lock: bool = False, offline: bool = False) -> list[Comparison]:
+                *, from_lock: bool = False, offline: bool = False,
+                target: str | None = None) -> list[Comparison]:
     """`verify --trees`: what a peer checks without compiling. For each wheel, export its
     pin afresh, apply its series, and compare `git write-tree` (and each input's tree) with
     the tree its provenance records; the series must be the one recorded."""
@@ -228,7 +235,8 @@ def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (
     from sglforge.sources.export import export_source
     from sglforge.sources.fetch import fetch_sources
 
-    expected = expected_from_lock(project) if from_lock else expected_from_manifest(project)
+    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
+        project, target_wheels_dir(project, target) if target else None)
     chosen = list(names) or sorted(expected)
     missing = [n for n in chosen if n not in expected]
     if missing:
