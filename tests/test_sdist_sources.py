@@ -233,3 +233,25 @@ def test_bad_archive_entries_are_errors_naming_the_key(world, entry, message):
     with pytest.raises(SglforgeError) as err:
         lock_of(world)
     assert message in str(err.value) and "upstreams.toml" in str(err.value)
+
+
+def test_pep691_json_page_and_hostile_links(world, index):
+    import json
+
+    page = index.simple / "demo"
+    (page / "index.html").unlink()
+    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.0"}, "files": [
+        {"filename": "demo-1.0.tar.gz", "url": "../../packages/demo-1.0.tar.gz",
+         "hashes": {"sha256": index.sha}}]}))
+    report = fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    assert report.fetched == [f"demo sha256:{index.sha[:5]}"]
+    shutil.rmtree(world.cache)
+    (page / "index.json").write_text(json.dumps({"files": [
+        {"filename": "demo-1.0.tar.gz", "url": "ext::sh -c touch% /tmp/pwned"}]}))
+    with pytest.raises(SglforgeError) as err:
+        fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    assert "links demo-1.0.tar.gz to 'ext::sh" in str(err.value)
+    (page / "index.json").write_text("{not json")
+    with pytest.raises(SglforgeError) as err:
+        fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    assert "not a PEP 691 simple page" in str(err.value)

@@ -83,6 +83,11 @@ def test_target_overrides_archs_and_is_validated_as_a_recipe(tmp_path):
     with pytest.raises(SglforgeError) as err:
         load_target(project.root, "verify")
     assert "key 'upstream'" in str(err.value) and "may override only" in str(err.value)
+    _write_target(project.root, '[recipe.cudaext]\ncuda-archs = "sm_90a"\n')
+    with pytest.raises(SglforgeError) as err:
+        load_target(project.root, "verify")
+    assert "verify.toml" in str(err.value) and "[recipe.cudaext], key 'cuda-archs' (line 2)" \
+        in str(err.value)
     _write_target(project.root, '[recipe.nosuch]\ncuda-archs = ["sm_90a"]\n')
     with pytest.raises(SglforgeError) as err:
         load_recipes(project.root / "recipes", lock, toolchain, load_target(project.root,

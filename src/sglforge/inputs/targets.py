@@ -69,17 +69,29 @@ def load_target(project_root: Path, name: str) -> Target:
         if not isinstance(table, dict):
             problems.add(f"{where}: expected a table of recipe keys")
             continue
-        sub = TableReader(table, problems, where)
-        for key in OVERRIDABLE:
-            sub.seen.add(key)
+        sub = TableReader(table, problems, where,
+                          locate=lambda key, r=recipe: _table_line(text, str(r), key))
+        # types here, so a mistake names this file; values are checked as the recipe's
+        checked = {"cuda-archs": sub.str_list("cuda-archs"),
+                   "local-version": sub.str("local-version"),
+                   "env": sub.str_table("env") or None,
+                   "cmake-defines": sub.str_table("cmake-defines") or None,
+                   "config-settings": sub.table("config-settings")}
         for key in table:
             if key not in OVERRIDABLE:
+                sub.seen.add(key)
                 sub.error(key, f"a target may override only {', '.join(OVERRIDABLE)} (pins, "
                                "series and the toolchain are the stack's, not the target's)")
-        overrides[str(recipe)] = dict(table)
+        overrides[str(recipe)] = {k: v for k, v in checked.items() if v is not None}
     problems.raise_if_any()
     return Target(name, path, hashlib.sha256(path.read_bytes()).hexdigest(), description,
                   overrides)
+
+
+def _table_line(text: str, recipe: str, key: str) -> int | None:
+    header = re.compile(r"^\s*\[\s*recipe\.\"?" + re.escape(recipe) + r"\"?\s*\]")
+    start = next((i for i, line in enumerate(text.splitlines(), 1) if header.match(line)), None)
+    return key_line(text, start, key) if start else None
 
 
 def check_recipe_names(target: Target, recipes: list[str]) -> None:

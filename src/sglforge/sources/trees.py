@@ -39,9 +39,6 @@ class SourceTrees:
     tree: str  # the upstream's tree after its series
     inputs: dict[str, str] = field(default_factory=dict)  # child pin name -> tree id
 
-    def as_provenance(self) -> dict[str, str]:
-        return {"tree": self.tree, **{f"{k}": v for k, v in self.inputs.items()}}
-
 
 def worktree_tree(path: Path) -> str:
     """`git write-tree` of a work tree whose series is committed (its index is HEAD's)."""
