@@ -94,10 +94,12 @@ def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[st
     for upstream in lock.upstreams():
         series = all_series[upstream.name]
         tree = planned_tree(cache, upstream, series.digest, bool(series.entries))
-        out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else NOT_COMPUTED))
+        out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else
+                                               f"{NOT_COMPUTED} {upstream.name}"))
         for pin in lock.closure(upstream.name)[1:]:
             value = input_tree(cache, pin)
-            out.append(f"    {pin.name}: " + (f"tree {value}" if value else NOT_COMPUTED))
+            out.append(f"    {pin.name}: " + (f"tree {value}" if value else
+                                              f"{NOT_COMPUTED} {upstream.name} (after fetch)"))
     return out
 
 
