@@ -255,3 +255,31 @@ def test_pep691_json_page_and_hostile_links(world, index):
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock_of(world), [], world.settings(), offline=False)
     assert "not a PEP 691 simple page" in str(err.value)
+
+
+def test_pinned_import_tree_and_a_top_directory_named_like_its_child(world, index):
+    fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    first = export_source(lock_of(world), "demo", world.root / "a", world.settings())
+    entry = SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED)
+    world.write_lockfile(entry.replace("archive-root", f'tree = "{first.imported.tree}"\n'
+                                                       "archive-root"))
+    assert export_source(lock_of(world), "demo", world.root / "b",
+                         world.settings()).imported.tree == first.imported.tree
+    world.write_lockfile(entry.replace("archive-root", f'tree = "{"a" * 40}"\narchive-root'))
+    with pytest.raises(SglforgeError) as err:
+        export_source(lock_of(world), "demo", world.root / "c", world.settings())
+    assert f"expected tree {'a' * 40} for the imported archive" in str(err.value)
+    assert f"got {first.imported.tree}" in str(err.value)
+
+    # a tarball (with its top directory as a member) whose only content is a directory of
+    # the same name: that directory is content, not a second top to strip
+    from tests.fixtures.gitrepos import make_tarball
+
+    sha = make_tarball(world.mirror / "dl/twice-1.0.tar.gz", "twice-1.0",
+                       {"twice-1.0/inner.txt": "x\n"})
+    world.write_lockfile(f'[[source]]\nname = "twice"\nurl = "{world.url("dl/twice-1.0.tar.gz")}"'
+                         f'\nsha256 = "{sha}"\narchive-root = "twice-1.0"\n')
+    fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    tree = export_source(lock_of(world), "twice", world.root / "t", world.settings())
+    assert (tree.path / "twice-1.0" / "inner.txt").read_text() == "x\n"
+    assert run_git(tree.path, "ls-files") == "twice-1.0/inner.txt"

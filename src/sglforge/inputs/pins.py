@@ -8,7 +8,8 @@ Four kinds of entry, one shape (`[[source]]`):
   `parent` + `fetchcontent` (the FetchContent name the build injects);
 - an upstream that is an archive, not a commit: a release tarball (`url` + `sha256`) or a
   registry sdist fetched through the package index (`sdist = "name==version"` + `sha256`),
-  with an optional `archive-root` (the one top directory the archive must have) and
+  with an optional `archive-root` (the one top directory the archive must have), `tree`
+  (the git tree id of the imported archive, checked on export) and
   `embeds`: what the archive carries that no pin can fetch (inline tables `path`, `url`,
   `claimed-commit`, optional `tree`), recorded as claims, never as fetchable commits.
 Branch and tag names (`ref`) are informational only: nothing resolves them.
@@ -246,8 +247,10 @@ def parse_lockfile(path: Path) -> Lockfile:
             reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
         elif "commit" not in entry and "sha256" not in entry:
             reader.error(None, "missing 'commit' (a 40-hex git commit) or 'sha256' (a tarball)")
-        if "tree" in entry and "commit" not in entry:
-            reader.error("tree", "only git sources (with 'commit') have a tree")
+        if "tree" in entry and "commit" not in entry and ("parent" in entry or
+                                                           "sha256" not in entry):
+            reader.error("tree", "only git sources (with 'commit') and archive upstreams "
+                                 "('sha256', no 'parent': the imported tree) have a tree")
         if "path" in entry and ("parent" not in entry or "commit" not in entry):
             reader.error("path", "a submodule needs 'parent' and a git 'commit'")
         if "fetchcontent" in entry and "parent" not in entry:

@@ -5,7 +5,7 @@ the initial commit of a fresh repository: every file exactly as the archive ship
 `.gitignore` and `.gitattributes` switched off, no line-ending conversion), with a fixed
 author and a fixed date (the pin's `date`, else the archive's newest member time), so the
 same pin always gives the same commit and tree id; that date is the build's
-SOURCE_DATE_EPOCH. Git cannot track a path named `.git`: such
+SOURCE_DATE_EPOCH. A pinned `tree` is checked ("expected tree … got …"). Git cannot track a path named `.git`: such
 members (the `gitdir:` pointer files an sdist made from a checkout with submodules carries)
 are dropped and listed. Embedded trees (`embeds`) must be present; a pinned `tree` of one
 is checked ("expected tree … got …").
@@ -39,6 +39,8 @@ NEUTRAL_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding -export
 class ArchiveLayout:
     top: str | None  # the single top directory every member sits in, if there is one
     newest: int  # the newest member mtime (SOURCE_DATE_EPOCH of the import)
+    sample: str | None = None  # one regular file's member path (tells whether extraction
+    #                            kept the top directory)
 
 
 def archive_layout(archive: Path, label: str) -> ArchiveLayout:
@@ -53,7 +55,8 @@ def archive_layout(archive: Path, label: str) -> ArchiveLayout:
     nested = all(len(PurePosixPath(m.name).parts) > 1 or m.isdir() for m in members)
     top = next(iter(tops)) if len(tops) == 1 and nested else None
     newest = max((int(m.mtime) for m in members if m.mtime > 0), default=0)
-    return ArchiveLayout(top, newest)
+    sample = next((m.name for m in members if m.isfile()), None)
+    return ArchiveLayout(top, newest, sample)
 
 
 def check_root(pin: Pin, layout: ArchiveLayout) -> None:
@@ -63,12 +66,17 @@ def check_root(pin: Pin, layout: ArchiveLayout) -> None:
                             hint="fix archive-root in the lockfile (or the pin)")
 
 
-def hoist(staged: Path, top: str) -> None:
-    """Make `staged/top/*` the tree (when extraction kept the top directory). Everything
-    stays inside `staged`, which the caller removes on failure."""
+def hoist(staged: Path, layout: ArchiveLayout) -> None:
+    """Make `staged/<top>/*` the tree when extraction kept the top directory (it drops it
+    only when the archive lists it as a member): decided by where a known file landed, so
+    an archive whose top directory holds one directory of the same name stays intact.
+    Everything stays inside `staged`, which the caller removes on failure."""
+    top = layout.top
     entries = list(staged.iterdir())
-    if [e.name for e in entries] != [top] or not entries[0].is_dir():
+    if top is None or [e.name for e in entries] != [top] or not entries[0].is_dir():
         return
+    if layout.sample is not None and not (staged / layout.sample).is_file():
+        return  # already stripped
     parked = staged / ".sglforge-archive-top"
     if (entries[0] / parked.name).exists():
         raise SglforgeError(f"{staged}: the archive holds {top}/{parked.name}, a name sglforge "
@@ -123,6 +131,11 @@ def commit_archive_tree(tree: Path, pin: Pin, newest: int) -> ImportedArchive:
         env={**AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
     commit = git_out("rev-parse", "HEAD", cwd=tree)
     tree_id = git_out("rev-parse", "HEAD^{tree}", cwd=tree)
+    if pin.tree is not None and pin.tree != tree_id:
+        raise SglforgeError(f"{pin.name}: expected tree {pin.tree} for the imported archive "
+                            f"sha256:{pin.sha256[:12]}, got {tree_id}",
+                            hint="the import changed (an sglforge change, or a pin edited "
+                                 "without its tree); fix the pin")
     embedded = {}
     for embed in pin.embeds:
         found = git("rev-parse", "--verify", "--quiet", f"HEAD:{embed.path}", cwd=tree,

@@ -129,8 +129,7 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
             _extract_tarball(tarball, staged, name)
             placed = []
             if layout is not None:
-                if layout.top:
-                    hoist(staged, layout.top)
+                hoist(staged, layout)
                 imported = commit_archive_tree(staged, pin, layout.newest)
         replace_dir(staged, dest)
     return ExportedTree(name=name, path=dest, placed=tuple(placed), imported=imported,
