@@ -170,7 +170,9 @@ def test_bundle_round_trip_without_the_index(world, index, capsys):
     args = ["--project", str(world.project), "--cache-dir", str(world.root / "other-cache"),
             "--build-root", str(world.root / "other-build")]
     assert main(args + ["fetch", "--from-bundle", str(bundle)]) == 0
-    assert "exported  demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"exported  demo -> {world.root / 'other-build/src/demo'} (archive as one commit, " \
+           f"tree {first.imported.tree}; dropped 1 .git path(s)" in out
     exported = world.root / "other-build/src/demo"
     assert run_git(exported, "rev-parse", "HEAD") == first.commit
 

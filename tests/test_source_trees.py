@@ -90,3 +90,18 @@ def test_build_records_the_tree_and_verify_checks_it(tmp_path):
     full = project.run("verify", "--out", str(tmp_path / "rebuilt"))
     assert full.returncode == 1, full.stdout + full.stderr
     assert "TREE" in full.stdout and f"expected tree {forged}, got {expected}" in full.stdout
+
+
+def test_fetchcontent_input_tree_is_recorded_in_provenance(tmp_path):
+    project = make_project(tmp_path, ("fcdemo",))
+    result = project.run("build")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [entry] = project.manifest()["wheels"]
+    [dep] = entry["provenance"]["sources"]
+    # the directory the build injected, as git sees it: greetdep's files in one commit
+    by_hand = Repo(tmp_path / "greetdep-by-hand")
+    by_hand.commit("greetdep", upstreams.GREETDEP)
+    assert dep["name"] == "fcdemo.greetdep"
+    assert dep["tree"] == run_git(by_hand.path, "rev-parse", "HEAD^{tree}")
+    ok = project.run("verify", "--trees")
+    assert ok.returncode == 0, ok.stdout + ok.stderr

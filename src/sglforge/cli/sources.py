@@ -82,6 +82,11 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         for name in export_names:
             tree = export_source(lock, name, BuildRoot(settings.build_root).src(name), settings)
             extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
+            if tree.imported is not None:  # an archive upstream, as one commit
+                dropped = len(tree.imported.dropped)
+                extra += (f" (archive as one commit, tree {tree.imported.tree}"
+                          + (f"; dropped {dropped} .git path(s) git cannot track" if dropped
+                             else "") + ")")
             print(f"exported  {name} -> {tree.path}{extra}")
     return 0
 
