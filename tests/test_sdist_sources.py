@@ -285,3 +285,15 @@ def test_pinned_import_tree_and_a_top_directory_named_like_its_child(world, inde
     tree = export_source(lock_of(world), "twice", world.root / "t", world.settings())
     assert (tree.path / "twice-1.0" / "inner.txt").read_text() == "x\n"
     assert run_git(tree.path, "ls-files") == "twice-1.0/inner.txt"
+
+
+def test_a_remote_index_cannot_point_at_local_files(world, index, monkeypatch):
+    from sglforge.sources import sdist
+
+    page = f'<a href="file:///dev/zero#sha256={index.sha}">demo-1.0.tar.gz</a>'.encode()
+    monkeypatch.setattr(sdist, "_read_page", lambda url: (page, "text/html"))
+    monkeypatch.setenv("SGLFORGE_INDEX", "https://pypi.example.invalid/simple")
+    with pytest.raises(SglforgeError) as err:
+        fetch_sources(lock_of(world), [], world.settings(), offline=False)
+    assert "links demo-1.0.tar.gz to 'file:///dev/zero': a remote index may only link to " \
+           "http(s) files" in str(err.value)

@@ -179,9 +179,15 @@ def find_sdist(pin: Pin, index: str, settings: Settings, origin: str) -> IndexFi
                             hint="the index serves a different file under this name (a "
                                  "re-upload, or a wrong mirror); nothing was downloaded")
     problem = check_url(chosen.url)
-    if problem is not None or chosen.url.split("://", 1)[0] == "ssh":
+    scheme = chosen.url.split("://", 1)[0] if "://" in chosen.url else ""
+    remote_page = resolved.split("://", 1)[0] in ("http", "https")
+    if problem is None and scheme not in ("http", "https", "file", ""):
+        problem = "not a download URL"
+    if problem is None and remote_page and scheme not in ("http", "https"):
+        problem = "a remote index may only link to http(s) files, never to local paths"
+    if problem is not None:
         raise SglforgeError(f"{pin.name}: {shown} links {chosen.filename} to "
-                            f"{chosen.url[:120]!r}: {problem or 'not a download URL'}")
+                            f"{chosen.url[:120]!r}: {problem}")
     return chosen
 
 
