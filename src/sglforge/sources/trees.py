@@ -131,6 +131,7 @@ def planned_tree(cache: SourceCache, pin: Pin, series_digest: str,
     """The upstream's tree after its series, where known without running anything: a record
     (from `patches check` or a build), or the pin's own tree when there is no series."""
     known = TreeRecords(cache).patched(pin, series_digest)
-    if known is None and not has_series and pin.commit is not None:
-        known = pin_tree(cache, pin)
+    if known is None and not has_series:
+        # a git pin's own tree, or an archive's pinned import tree (checked on every export)
+        known = pin_tree(cache, pin) if pin.commit is not None else pin.tree
     return known
