@@ -4,8 +4,9 @@ and packed as site.tar.xz small enough for the device's 64 MiB transfer limit.
 
 Not part of the tests (pytest does not collect tests/gpu). Run here, where pip reaches PyPI:
 
+    sglforge build --target h200-verify flashinfer-python      # targets/h200-verify.toml
     python tests/gpu/stage_stack.py OUT --wheels CACHE \\
-        --sglforge-wheel stacks/h200-verify/wheels/flashinfer_python-0.6.12+...whl
+        --sglforge-wheel wheels/targets/h200-verify/flashinfer_python-0.6.12+...whl
 
 OUT/site.tar.xz holds site/ (use it as PYTHONPATH=<dir>/site on top of the host's torch venv)
 and OUT/stack-manifest.json says, per distribution, its version and origin: "pypi" (wheel file

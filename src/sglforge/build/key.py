@@ -79,7 +79,7 @@ def remote_key(content_key: str, abi: str | None = None) -> str:
 
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
                 tool: ToolchainFingerprint, build_root: Path,
-                dep_keys: dict[str, str]) -> BuildKey:
+                dep_keys: dict[str, str], target: str | None = None) -> BuildKey:
     requires = {canonical_name(r) for r in recipe.build_requires}
     toolchain = tool.as_dict()
     toolchain["build_requires"] = {k: v for k, v in toolchain["build_requires"].items()
@@ -96,5 +96,7 @@ def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
         "build_root": str(build_root),
         "depends": dict(sorted(dep_keys.items())),
     }
+    if target is not None:  # the product's keys stay as they were; a target's differ
+        inputs["target"] = target
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return BuildKey(hashlib.sha256(blob).hexdigest())

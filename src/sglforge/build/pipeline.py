@@ -61,6 +61,7 @@ from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
 from sglforge.inputs.settings import Settings
+from sglforge.inputs.targets import Target, load_target
 from sglforge.inputs.toolchain import (
     CudaToolkit,
     Toolchain,
@@ -72,8 +73,16 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
+from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
+from sglforge.sources.trees import (
+    SourceTrees,
+    TreeRecords,
+    input_tree,
+    input_trees,
+    worktree_tree,
+)
 from sglforge.wheel import audit, leaks, normalize, outputs
 from sglforge.wheel.provenance import FORMAT as PROVENANCE_FORMAT
 from sglforge.wheel.provenance import Provenance
@@ -98,6 +107,7 @@ class BuildOptions:
     progress_interval: float = 30.0
     dev: bool = False  # incremental build of the one named recipe (build/devtree.py)
     publish_dev: bool = False  # dev wheels into wheels/ and the lock (else <root>/dev-wheels)
+    target: str | None = None  # targets/<name>.toml (None: the product); wheels/targets/<name>
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,21 @@ class PreparedSource:
     source_dir: Path  # tree + recipe subdir
     fetchcontent: dict[str, Path]  # FetchContent name -> exported directory
     source_date_epoch: int
+    trees: SourceTrees | None = None  # tree ids of what is compiled (provenance, verify)
+
+
+def source_trees(lock: Lockfile, upstream: str, series: PatchSeries, settings: Settings,
+                 tree: Path, exported: dict[str, Path]) -> SourceTrees:
+    """The upstream's `git write-tree` after its series, and each input's tree; the first is
+    recorded so `plan` can show it."""
+    cache = SourceCache(settings.cache_dir)
+    after = worktree_tree(tree)
+    TreeRecords(cache).record_patched(lock.get(upstream), series.digest, after)
+    inputs = input_trees(lock, cache, upstream, exported)
+    missing = [name for name, value in inputs.items() if value is None]
+    if missing:  # the build just fetched and exported all of them
+        raise SglforgeError(f"{upstream}: no tree id for {', '.join(missing)}")
+    return SourceTrees(upstream, after, {k: v for k, v in inputs.items() if v})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,12 +176,13 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     tree = export_source(lock, recipe.upstream, root.src(recipe.upstream), settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)  # strictly, one commit per entry
-    fetchcontent = {}
+    fetchcontent, exported = {}, {}
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, root.dep(pin.name), settings)
-        fetchcontent[pin.fetchcontent] = dep.path
-    return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch), recipe,
-                    tree.commit)
+        fetchcontent[pin.fetchcontent] = exported[pin.name] = dep.path
+    trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
+    return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch, trees),
+                    recipe, tree.commit)
 
 
 def _checked(prepared: PreparedSource, recipe: Recipe, commit: str | None) -> PreparedSource:
@@ -174,12 +200,17 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     tree = export_source(lock, recipe.upstream, ws.scratch / "tree", settings)
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)
+    after = worktree_tree(tree.path)
     live = ws.slot("tree").live
     stats = sync_tree(tree.path, live, previous=ws.previous("tree"))
     tracked = {"tree": stats.tracked}
     fetchcontent = {}
+    cache = SourceCache(settings.cache_dir)
+    inputs = input_trees(lock, cache, recipe.upstream)  # archives: from their records
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, ws.scratch / "deps" / pin.name, settings)
+        if inputs.get(pin.name) is None:
+            inputs[pin.name] = input_tree(cache, pin, dep.path)
         slot = ws.slot(f"deps/{pin.name}")
         dep_stats = sync_tree(dep.path, slot.live, previous=ws.previous(slot.key))
         tracked[slot.key] = dep_stats.tracked
@@ -196,7 +227,8 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
              if changed and not ws.fresh else "")
           + f", {len([p for p in stats.removed if not p.startswith('.git/')])} removed, "
             f"{stats.unchanged} unchanged", flush=True)
-    return _checked(PreparedSource(live / recipe.subdir, fetchcontent, epoch), recipe,
+    trees = SourceTrees(recipe.upstream, after, {k: v for k, v in inputs.items() if v})
+    return _checked(PreparedSource(live / recipe.subdir, fetchcontent, epoch, trees), recipe,
                     tree.commit)
 
 
@@ -367,20 +399,27 @@ class _WheelJob:
 
 
 def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey,
-                epoch: int) -> Provenance:
+                epoch: int, trees: SourceTrees | None = None) -> Provenance:
     """What the wheel is built from; post-processing stamps its version in."""
     pin = ctx.lock.get(recipe.upstream)
     with_torch = recipe.requires_torch_abi or "torch" in recipe.build_requires
+    inputs = trees.inputs if trees is not None else {}
     return Provenance(
         format=PROVENANCE_FORMAT,
         generated_by="sglforge build",
         wheel=recipe.name,
         upstream=recipe.upstream,
         url=pin.url,
-        commit=pin.commit,
+        commit=pin.identity,  # an archive upstream: sha256:<hex>, not a made-up commit
+        sha256=pin.sha256,
+        sdist=pin.sdist,
+        tree=trees.tree if trees is not None else None,
+        embeds=tuple({"path": e.path, "url": e.url, "claimed_commit": e.claimed_commit,
+                      "tree": e.tree, "verified": False} for e in pin.embeds) or None,
         version="",
         subdir=recipe.subdir,
-        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256}
+        sources=tuple({"name": p.name, "commit": p.commit, "sha256": p.sha256,
+                       **({"tree": inputs[p.name]} if p.name in inputs else {})}
                       for p in ctx.lock.closure(recipe.upstream)[1:]),
         patches=tuple({"name": e.name, "sha256": e.digest} for e in series.entries),
         series_sha256=series.digest,
@@ -393,6 +432,7 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         source_date_epoch=epoch,
         build_root=str(ctx.settings.build_root),
         content_key=key.value,
+        target=ctx.options.target,
     )
 
 
@@ -537,7 +577,8 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
     assert prepared is not None and job.built is not None
     local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag)
     version = recipe.version(local)
-    provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch)
+    provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch,
+                             prepared.trees)
     retag = recipe.version_label == "retag"
     job.final, job.info = normalize.postprocess(
         job.built, job.staging, expected_version=None if retag else version,
@@ -632,6 +673,11 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
                       dev=dev, uploaded=uploaded)
 
 
+def target_wheels_dir(project: Project, target: str) -> Path:
+    """Where a target build's wheels and manifest go: wheels/targets/<name>/."""
+    return project.wheels_dir / "targets" / target
+
+
 def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache | None:
     """The remote wheel cache this run uses (None: not configured or switched off)."""
     from sglforge.base.remotestore import RemoteStore
@@ -691,6 +737,7 @@ class BuildInputs:
     series: dict[str, PatchSeries]
     cuda: CudaToolkit | None
     tool: ToolchainFingerprint
+    target: Target | None = None
 
     def keys(self, build_root: Path) -> dict[str, BuildKey]:
         """The content key of every selected recipe, dependencies first (each key holds its
@@ -699,19 +746,22 @@ class BuildInputs:
         for name in self.order:
             recipe = self.recipes[name]
             keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
-                                     build_root, {d: keys[d].value for d in recipe.depends})
+                                     build_root, {d: keys[d].value for d in recipe.depends},
+                                     target=self.target.name if self.target else None)
         return keys
 
 
 def load_inputs(project: Project, settings: Settings,
-                names: tuple[str, ...] | list[str] = ()) -> BuildInputs:
+                names: tuple[str, ...] | list[str] = (),
+                target: str | None = None) -> BuildInputs:
     """Lockfile, toolchain, recipes (`names` + dependencies; all when empty), series, CUDA, and
     the build interpreter's fingerprint (checked against the toolchain pins; the tools'
     `--version` outputs come from `<cache-dir>/toolchain-versions.json` while their stat
     stamps hold)."""
     lock = parse_lockfile(project.lockfile)
     toolchain = load_toolchain(project.toolchain)
-    recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    chosen = load_target(project.root, target) if target else None
+    recipes = load_recipes(project.recipes_dir, lock, toolchain, chosen)
     wanted = select(recipes, list(names))
     order = build_order({n: recipes[n].depends for n in wanted})
     series = {n: load_series(project, recipes[n].upstream) for n in order}
@@ -723,14 +773,14 @@ def load_inputs(project: Project, settings: Settings,
                        environment.search_path(cuda.home if cuda else None),
                        versions=versions)
     versions.save()
-    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool)
+    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool, chosen)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     cache = options.compiler_cache
     report = BuildReport(compiler_cache=cache.describe() if cache else None)
     with report.steps.step("load"):
-        inputs = load_inputs(project, settings, options.names)
+        inputs = load_inputs(project, settings, options.names, options.target)
         lock, toolchain, recipes = inputs.lock, inputs.toolchain, inputs.recipes
         order, series, cuda, tool = inputs.order, inputs.series, inputs.cuda, inputs.tool
         for name in order:
@@ -748,8 +798,12 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
                    report, remote=remote_tier(settings, options))
     root.path.mkdir(parents=True, exist_ok=True)
-    publish = options.out_dir is None and (dev_name is None or options.publish_dev)
-    out_dir = options.out_dir or (project.wheels_dir if publish else root.dev_wheels)
+    # a target's wheels never replace the product's wheels/ and lockfiles/wheels.lock
+    publish = options.out_dir is None and (dev_name is None or options.publish_dev) \
+        and options.target is None
+    default_out = target_wheels_dir(project, options.target) if options.target else (
+        project.wheels_dir if publish else root.dev_wheels)
+    out_dir = options.out_dir or default_out
     with exclusive_lock(root.lock, f"build root {root.path}"), \
             exclusive_lock(out_dir.parent / f".{out_dir.name}.sglforge-lock",
                            f"output directory {out_dir}"):
@@ -760,6 +814,10 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if inputs.target is not None:
+            print(f"target {inputs.target.name} ({inputs.target.path.name}"
+                  + (f": {inputs.target.description}" if inputs.target.description else "")
+                  + f"); wheels to {out_dir}")
         if report.compiler_cache:
             print(f"compiler cache: {report.compiler_cache}")
         if ctx.remote is not None:

@@ -1,4 +1,5 @@
-"""`sglforge plan`: what a build would use and do, in order. Reads only the repository."""
+"""`sglforge plan`: what a build would use and do, in order. Reads the repository and, for
+tree ids already computed, the source cache (sources/trees.py); runs nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ from sglforge.inputs.settings import Settings
 from sglforge.patching.series import Backport, load_series
 
 
-def render_plan(project: Project, settings: Settings) -> str:
+def render_plan(project: Project, settings: Settings, target: str | None = None) -> str:
     lock = parse_lockfile(project.lockfile)
     out = [f"pins ({project.lockfile.relative_to(project.root)}):"]
+    if target is not None:
+        from sglforge.inputs.targets import load_target
+
+        chosen = load_target(project.root, target)
+        out.insert(0, f"target {chosen.name} ({chosen.path.relative_to(project.root)}"
+                      + (f": {chosen.description}" if chosen.description else "") + ")")
     width = max(len(p.name) for p in lock.pins) if lock.pins else 0
     for pin in lock.pins:
         what = pin.commit or f"sha256:{pin.sha256}"
@@ -21,7 +28,15 @@ def render_plan(project: Project, settings: Settings) -> str:
         elif pin.fetchcontent:
             placement = f"  -> {pin.parent} FetchContent {pin.fetchcontent}"
         ref = f" ({pin.ref})" if pin.ref else ""
+        if pin.sdist:
+            placement += f"  sdist {pin.sdist} from the package index"
         out.append(f"  {pin.name:<{width}}  {what}{ref}{placement}")
+        for embed in pin.embeds:  # claims of the archive, never fetched: say so
+            claimed = f"claimed {embed.claimed_commit[:12]}" if embed.claimed_commit \
+                else "no commit claimed"
+            pinned = f", tree {embed.tree[:12]} pinned" if embed.tree else ""
+            out.append(f"  {'':<{width}}    embeds {embed.path} ({claimed}, unverifiable"
+                       f"{pinned})")
     out.append("")
     out.append("patch series:")
     all_series = {}
@@ -39,6 +54,8 @@ def render_plan(project: Project, settings: Settings) -> str:
                 out.append(f"    {entry.label}  {entry.url}  sha256:{entry.sha256[:12]}{excl}")
             else:
                 out.append(f"    {entry.name}  sha256:{entry.digest[:12]}")
+    out.append("")
+    out += _tree_lines(lock, all_series, settings)
     out.append("")
     out.append(f"steps (cache {settings.cache_dir}, build root {settings.build_root}):")
     step = 0
@@ -60,28 +77,55 @@ def render_plan(project: Project, settings: Settings) -> str:
         if series.entries:
             step += 1
             out.append(f"  {step}. apply {len(series.entries)} patch(es), one commit each")
-    for line in _build_steps(project, lock):
+    for line in _build_steps(project, lock, target):
         step += 1
         out.append(f"  {step}. {line}")
     return "\n".join(out)
 
 
-def _build_steps(project: Project, lock: Lockfile) -> list[str]:
+def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[str]:
+    """Tree ids a build would compile, where the source cache already knows them (plan runs
+    nothing: an upstream with a series is known once `patches check` or a build recorded it)."""
+    from sglforge.sources.cache import SourceCache
+    from sglforge.sources.trees import NOT_COMPUTED, input_tree, planned_tree
+
+    cache = SourceCache(settings.cache_dir)
+    out = ["source trees (git tree ids: the upstream after its series, and each input):"]
+    for upstream in lock.upstreams():
+        series = all_series[upstream.name]
+        tree = planned_tree(cache, upstream, series.digest, bool(series.entries))
+        out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else
+                                               f"{NOT_COMPUTED} {upstream.name}"))
+        for pin in lock.closure(upstream.name)[1:]:
+            value = input_tree(cache, pin)
+            out.append(f"    {pin.name}: " + (f"tree {value}" if value else
+                                              f"{NOT_COMPUTED} {upstream.name} (after fetch)"))
+    return out
+
+
+def _build_steps(project: Project, lock: Lockfile, target: str | None = None) -> list[str]:
     """One line per recipe, in dependency order (nothing when there are no recipes yet)."""
     if not project.recipes_dir.is_dir() or not project.toolchain.exists():
         return []
     from sglforge.build.scheduler import build_order
     from sglforge.inputs.recipes import load_recipes
+    from sglforge.inputs.targets import load_target
     from sglforge.inputs.toolchain import load_toolchain
 
-    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    toolchain = load_toolchain(project.toolchain)
+    recipes = load_recipes(project.recipes_dir, lock, toolchain,
+                           load_target(project.root, target) if target else None)
     lines = []
     for name in build_order({n: r.depends for n, r in recipes.items()}):
         recipe = recipes[name]
         archs = ", ".join(recipe.cuda_archs) or "no device code"
         after = f", after {', '.join(recipe.depends)}" if recipe.depends else ""
-        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{after})")
-    lines.append("post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
+        local = recipe.local_label("<patchset8>", toolchain.cuda_tag)
+        label = f", label +{local}" if local else ""
+        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{label}"
+                     f"{after})")
+    lines.append(f"post-process, audit, write wheels/targets/{target}/manifest.json" if target
+                 else "post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
     return lines
 
 
@@ -91,7 +135,8 @@ def _build_steps(project: Project, lock: Lockfile) -> list[str]:
 MATRIX_FORMAT = 1
 
 
-def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True) -> dict:
+def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True,
+                 target: str | None = None) -> dict:
     """The recipes whose wheels are missing from the wheel cache, as CI jobs.
 
     Content keys are computed exactly as `sglforge build` computes them, so this needs the
@@ -107,7 +152,7 @@ def build_matrix(project: Project, settings: Settings, *, use_remote: bool = Tru
     from sglforge.build.pipeline import BuildOptions, load_inputs, remote_tier
     from sglforge.build.wheelcache import WheelCache
 
-    inputs = load_inputs(project, settings)
+    inputs = load_inputs(project, settings, target=target)
     keys = inputs.keys(settings.build_root)
     remote = remote_tier(settings, BuildOptions(use_remote_cache=use_remote))
     local = WheelCache(settings.cache_dir)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
 from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
-from sglforge.build.pipeline import BuildOptions, run_build
+from sglforge.build.pipeline import BuildOptions, run_build, target_wheels_dir
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
@@ -42,10 +43,40 @@ class Comparison:
     actual: str
     differing_members: tuple[str, ...] = ()
     diffoscope_report: Path | None = None
+    tree_errors: tuple[str, ...] = ()  # source trees changed under an unchanged patchset
 
     @property
     def ok(self) -> bool:
-        return self.expected == self.actual
+        return self.expected == self.actual and not self.tree_errors
+
+
+def recorded_trees(provenance: dict | None) -> dict[str, str]:
+    """source name -> tree id a wheel's provenance records (the upstream and its inputs)."""
+    if not isinstance(provenance, dict):
+        return {}
+    trees = {}
+    if isinstance(provenance.get("upstream"), str) and isinstance(provenance.get("tree"), str):
+        trees[provenance["upstream"]] = provenance["tree"]
+    for entry in provenance.get("sources") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
+                isinstance(entry.get("tree"), str):
+            trees[entry["name"]] = entry["tree"]
+    return trees
+
+
+def tree_errors(recorded: dict | None, rebuilt: dict | None) -> list[str]:
+    """A tree that differs while the patchset digest is the same is an error: the same pins
+    and series must give the same `git write-tree`. (A changed series changes the tree by
+    design; the wheel's digest then differs and says so.)"""
+    if not isinstance(recorded, dict) or not isinstance(rebuilt, dict):
+        return []
+    if recorded.get("series_sha256") != rebuilt.get("series_sha256"):
+        return []
+    before, after = recorded_trees(recorded), recorded_trees(rebuilt)
+    digest = str(recorded.get("series_sha256") or "")[:8] or "(none)"
+    return [f"source tree of {name} changed under an unchanged patchset {digest}: expected "
+            f"tree {tree}, got {after.get(name) or 'none recorded'}"
+            for name, tree in sorted(before.items()) if after.get(name) != tree]
 
 
 def member_digests(wheel: Path) -> dict[str, str]:
@@ -79,9 +110,9 @@ def run_diffoscope(a: Path, b: Path, report: Path) -> Path | None:
     return report
 
 
-def expected_from_manifest(project: Project) -> dict[str, dict]:
-    """recipe -> {"file", "sha256"} from wheels/manifest.json."""
-    path = project.wheels_dir / MANIFEST
+def expected_from_manifest(project: Project, wheels_dir: Path | None = None) -> dict[str, dict]:
+    """recipe -> {"file", "sha256"} from wheels/manifest.json (a target's: its directory)."""
+    path = (wheels_dir or project.wheels_dir) / MANIFEST
     expected = {e["recipe"]: {"file": e["file"], "sha256": e["sha256"],
                               "provenance": e.get("provenance")}
                 for e in load_manifest(path) if "recipe" in e}
@@ -132,9 +163,15 @@ def _reference(project: Project, sha256: str) -> Path | None:
 
 def run_verify(project: Project, settings: Settings, options: BuildOptions,
                out_dir: Path, *, from_lock: bool = False) -> list[Comparison]:
-    reference_dir = project.wheels_dir
+    reference_dir = target_wheels_dir(project, options.target) if options.target else \
+        project.wheels_dir
+    if from_lock and options.target:
+        raise SglforgeError("verify --from-lock checks the product's lockfiles/wheels.lock; "
+                            "a target build has its manifest only (drop --target or "
+                            "--from-lock)")
     source = project.wheels_lock if from_lock else reference_dir / MANIFEST
-    expected = expected_from_lock(project) if from_lock else expected_from_manifest(project)
+    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
+        project, reference_dir)
     names = list(options.names) or sorted(expected)
     missing = [n for n in names if n not in expected]
     if missing:
@@ -162,8 +199,10 @@ def run_verify(project: Project, settings: Settings, options: BuildOptions,
         if "version" in ref and (canonical_name(wheel.name), wheel.version) != (
                 ref["name"], ref["version"]):
             actual = f"{wheel.sha256} ({canonical_name(wheel.name)}=={wheel.version})"
-        result = Comparison(wheel.recipe, ref["file"], ref["sha256"], actual)
-        if not result.ok:
+        result = Comparison(wheel.recipe, ref["file"], ref["sha256"], actual,
+                            tree_errors=tuple(tree_errors(ref.get("provenance"),
+                                                          wheel.provenance.to_json())))
+        if result.expected != result.actual:
             ref_path = reference_dir / ref["file"] if not from_lock else _reference(
                 project, ref["sha256"])
             rebuilt = out_dir / wheel.path.name
@@ -181,11 +220,76 @@ def run_verify(project: Project, settings: Settings, options: BuildOptions,
     return results
 
 
+def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (),
+                *, from_lock: bool = False, offline: bool = False,
+                target: str | None = None) -> list[Comparison]:
+    """`verify --trees`: what a peer checks without compiling. For each wheel, export its
+    pin afresh, apply its series, and compare `git write-tree` (and each input's tree) with
+    the tree its provenance records; the series must be the one recorded."""
+    from sglforge.build.pipeline import source_trees
+    from sglforge.inputs.pins import parse_lockfile
+    from sglforge.inputs.recipes import load_recipes
+    from sglforge.inputs.toolchain import load_toolchain
+    from sglforge.patching.apply import apply_series
+    from sglforge.patching.series import backport_wants, load_series
+    from sglforge.sources.export import export_source
+    from sglforge.sources.fetch import fetch_sources
+
+    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
+        project, target_wheels_dir(project, target) if target else None)
+    chosen = list(names) or sorted(expected)
+    missing = [n for n in chosen if n not in expected]
+    if missing:
+        raise SglforgeError(f"verify --trees: not built: {', '.join(missing)}")
+    lock = parse_lockfile(project.lockfile)
+    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    results = []
+    for name in chosen:
+        ref, recipe = expected[name], recipes.get(name)
+        recorded = ref.get("provenance")
+        if recipe is None or not recorded_trees(recorded):
+            raise SglforgeError(f"verify --trees: {ref['file']} records no source tree "
+                                "(built before sglforge recorded trees): rebuild it")
+        series = load_series(project, recipe.upstream)
+        fetch_sources(lock, [recipe.upstream], settings, offline=offline,
+                      extra=backport_wants([series]))
+        with tempfile.TemporaryDirectory(prefix=f"sglforge-trees-{name}-") as tmp:
+            work = Path(tmp)
+            tree = export_source(lock, recipe.upstream, work / "src", settings)
+            apply_series(tree.path, series, settings)
+            exported = {pin.name: export_source(lock, pin.name, work / "deps" / pin.name,
+                                                settings).path
+                        for pin in lock.fetchcontent(recipe.upstream)}
+            trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
+        now = {"upstream": recipe.upstream, "tree": trees.tree, "series_sha256": series.digest,
+               "sources": [{"name": k, "tree": v} for k, v in trees.inputs.items()]}
+        problems = tree_errors(recorded, now)
+        if recorded.get("series_sha256") != series.digest:
+            problems.append(f"patches/{recipe.upstream}/series is not the one {ref['file']} "
+                            f"was built with (patchset {str(recorded.get('series_sha256'))[:8]}"
+                            f", now {series.patchset8}): rebuild it")
+        results.append(Comparison(name, ref["file"], recorded["tree"], trees.tree,
+                                  tree_errors=tuple(problems)))
+    return results
+
+
+def render_trees(results: list[Comparison]) -> str:
+    lines = []
+    for r in results:
+        state = "tree ok " if r.ok else "TREE DIFFERS"
+        lines.append(f"  {state}  {r.file}: tree {r.actual}")
+        lines += [f"      {problem}" for problem in r.tree_errors]
+    return "\n".join(lines)
+
+
 def render(results: list[Comparison]) -> str:
     lines = []
     for r in results:
-        if r.ok:
+        lines += [f"  TREE       {r.file}: {problem}" for problem in r.tree_errors]
+        if r.expected == r.actual and not r.tree_errors:
             lines.append(f"  identical  {r.file}  sha256:{r.expected[:16]}")
+            continue
+        if r.expected == r.actual:
             continue
         lines.append(f"  DIFFERS    {r.file}: expected sha256:{r.expected[:16]}, rebuilt "
                      f"sha256:{r.actual[:16]}{r.actual[64:]}")

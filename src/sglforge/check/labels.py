@@ -81,7 +81,7 @@ def check_wheels(stack: Stack, recipes: dict[str, Recipe], lock: Lockfile,
             findings.hint(PART, f"{wheel.label}: no sglforge-build.json (not built by "
                                 "sglforge): pinned commit not checked")
             continue
-        if prov.upstream != recipe.upstream or prov.commit != pin.commit:
+        if prov.upstream != recipe.upstream or prov.commit != pin.identity:
             findings.error(PART, f"{wheel.label}: built from {prov.upstream} "
                                  f"{prov.commit[:12]}, but the pin is "
-                                 f"{recipe.upstream} {(pin.commit or '')[:12]}: rebuild it")
+                                 f"{recipe.upstream} {pin.identity[:12]}: rebuild it")

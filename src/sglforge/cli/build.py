@@ -54,6 +54,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="memory per compile job, e.g. 6GiB (default: the recipe's)")
     p.add_argument("--wheelhouse", type=Path, metavar="DIR",
                    help="local wheels for recipes built with isolation = true")
+    p.add_argument("--target", metavar="NAME",
+                   help="build the same pins and series for targets/NAME.toml (e.g. "
+                        "h200-verify: sm_90a); wheels go to wheels/targets/NAME/")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,6 +93,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--from-lock", action="store_true",
                    help="expected digests from lockfiles/wheels.lock (wheels/ need not exist); "
                         "guards the shared wheel cache")
+    p.add_argument("--trees", action="store_true",
+                   help="compile nothing: export each wheel's pin, apply its series and "
+                        "compare git write-tree (and each input's tree) with its provenance")
+    p.add_argument("--offline", action="store_true",
+                   help="with --trees: use only the source cache")
     p.set_defaults(func=run_verify_verb)
 
     p = subparsers.add_parser("build-requirements",
@@ -132,7 +140,7 @@ def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
 
     # --jobs and --mem-per-job are validated by argparse (jobs_arg, mem_per_job_arg).
     return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=args.mem_per_job,
-                        wheelhouse=args.wheelhouse, **extra)
+                        wheelhouse=args.wheelhouse, target=args.target, **extra)
 
 
 def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
@@ -160,6 +168,12 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(f"wrote {root.dev_wheels / 'manifest.json'} (dev build: wheels/ and the lock "
               "unchanged)")
         return 0
+    if args.target:
+        from sglforge.build.pipeline import target_wheels_dir
+
+        print(f"wrote {target_wheels_dir(project, args.target) / 'manifest.json'} (target "
+              f"{args.target}: wheels/ and the lock unchanged; stack check not run)")
+        return 0
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
     if args.no_check:
         print("stack check skipped (--no-check)")
@@ -174,6 +188,17 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.build.verify import render, run_verify
 
     check_recipes(args.names, ctx.project.recipes_dir)
+    if args.trees:
+        from sglforge.build.verify import check_trees, render_trees
+
+        checked = check_trees(ctx.project, ctx.settings, tuple(args.names),
+                              from_lock=args.from_lock, offline=args.offline,
+                              target=args.target)
+        print(render_trees(checked))
+        bad = [r for r in checked if not r.ok]
+        print(f"verify --trees: {len(checked) - len(bad)} of {len(checked)} source tree(s) "
+              "as recorded")
+        return 1 if bad else 0
     out = args.out or Path(tempfile.mkdtemp(prefix="sglforge-verify-"))
     results = run_verify(ctx.project, ctx.settings, _options(args), out,
                          from_lock=args.from_lock)

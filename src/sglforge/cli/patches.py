@@ -134,11 +134,36 @@ def _check(args: argparse.Namespace, lock, all_series, settings) -> int:
             print(f"ok        {name}: {len(applied)} entr{'y' if len(applied) == 1 else 'ies'} "
                   f"apply strictly to {lock.get(name).short} (patchset {series.patchset8})",
                   flush=True)
+            for line in _tree_lines(lock, name, series, settings, tree.path):
+                print(f"          {line}", flush=True)
     if failed:
         print(f"error: {len(failed)} of {len(all_series)} series failed: {', '.join(failed)}",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _tree_lines(lock, name: str, series, settings, tree: Path) -> list[str]:  # noqa: ANN001
+    """The tree after the series (recorded for `plan`) and each input's tree where the
+    source cache has it (a FetchContent archive is extracted once to compute it)."""
+    from sglforge.sources.trees import TreeRecords, input_tree, worktree_tree
+
+    cache = SourceCache(settings.cache_dir)
+    after = worktree_tree(tree)
+    TreeRecords(cache).record_patched(lock.get(name), series.digest, after)
+    lines = [f"tree {after} (git write-tree after the series)"]
+    for pin in lock.closure(name)[1:]:
+        value = input_tree(cache, pin)
+        if value is None and pin.sha256 and cache.tarball(pin.sha256).exists():
+            with tempfile.TemporaryDirectory(prefix="sglforge-tree-") as tmp:
+                dep = export_source(lock, pin.name, Path(tmp) / "dep", settings)
+                value = input_tree(cache, pin, dep.path)
+        kind = "submodule" if pin.is_submodule else (
+            "FetchContent" if pin.fetchcontent else "archive")
+        lines.append(f"input {pin.name} ({kind}): "
+                     + (f"tree {value}" if value else "tree not computed: not in the source "
+                        "cache (run fetch)"))
+    return lines
 
 
 def _check_against(args: argparse.Namespace, series, settings) -> int:  # noqa: ANN001

@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --matrix: write the JSON to FILE instead of stdout")
     p.add_argument("--no-remote-cache", action="store_true",
                    help="with --matrix: check the local wheel cache, not the remote one")
+    p.add_argument("--target", metavar="NAME",
+                   help="the build for targets/NAME.toml (archs, labels, content keys)")
     p.set_defaults(func=run_plan)
 
 
@@ -80,6 +82,11 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         for name in export_names:
             tree = export_source(lock, name, BuildRoot(settings.build_root).src(name), settings)
             extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
+            if tree.imported is not None:  # an archive upstream, as one commit
+                dropped = len(tree.imported.dropped)
+                extra += (f" (archive as one commit, tree {tree.imported.tree}"
+                          + (f"; dropped {dropped} .git path(s) git cannot track" if dropped
+                             else "") + ")")
             print(f"exported  {name} -> {tree.path}{extra}")
     return 0
 
@@ -93,9 +100,10 @@ def run_plan(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if not args.matrix:
         if matrix_only:
             raise SglforgeError(f"plan: {', '.join(matrix_only)} need --matrix")
-        print(plan.render_plan(ctx.project, ctx.settings))
+        print(plan.render_plan(ctx.project, ctx.settings, target=args.target))
         return 0
-    matrix = plan.build_matrix(ctx.project, ctx.settings, use_remote=not args.no_remote_cache)
+    matrix = plan.build_matrix(ctx.project, ctx.settings, use_remote=not args.no_remote_cache,
+                               target=args.target)
     text = plan.render_matrix(matrix, wave=args.wave, max_waves=args.max_waves)
     if args.output:
         from sglforge.base.fs import atomic_write_text

@@ -1,10 +1,17 @@
-"""The pin lockfile `lockfiles/upstreams.toml`: every source a build uses, at an exact commit.
+"""The pin lockfile `lockfiles/upstreams.toml`: every source a build uses, at an exact commit
+or as an archive verified by sha256.
 
-Three kinds of entry, one shape (`[[source]]`):
+Four kinds of entry, one shape (`[[source]]`):
 - an upstream repository: `name`, `url`, `commit` (40 hex), optional `tree`, `ref`, `date`;
 - a git submodule placed inside its parent's tree: `parent` + `path` + `commit`;
 - a downloaded dependency (CMake FetchContent tarball): `url` + `sha256`, usually with
-  `parent` + `fetchcontent` (the FetchContent name the build injects).
+  `parent` + `fetchcontent` (the FetchContent name the build injects);
+- an upstream that is an archive, not a commit: a release tarball (`url` + `sha256`) or a
+  registry sdist fetched through the package index (`sdist = "name==version"` + `sha256`),
+  with an optional `archive-root` (the one top directory the archive must have), `tree`
+  (the git tree id of the imported archive, checked on export) and
+  `embeds`: what the archive carries that no pin can fetch (inline tables `path`, `url`,
+  `claimed-commit`, optional `tree`), recorded as claims, never as fetchable commits.
 Branch and tag names (`ref`) are informational only: nothing resolves them.
 """
 
@@ -22,6 +29,26 @@ from sglforge.base.tomlfile import Problems, TableReader, array_table_lines, key
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# `name==version` of a registry sdist: a PEP 508 name and an exact PEP 440 version
+SDIST = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)=="
+                   r"(?P<version>[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?"
+                   r"(?:\.dev[0-9]+)?)")
+EMBED_KEYS = ("path", "url", "claimed-commit", "tree")
+
+
+@dataclass(frozen=True)
+class Embed:
+    """A tree an archive carries inside it that sglforge cannot fetch on its own (a vendored
+    submodule of an sdist): where it sits and the commit the archive's maker says it is.
+
+    `claimed_commit` is a claim, never verified (no repository reachable holds it); `tree`,
+    when pinned, is the git tree id of the directory as the archive ships it, checked on
+    every export, so the content is pinned even though its origin is not."""
+
+    path: str
+    url: str | None
+    claimed_commit: str | None
+    tree: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,7 +58,7 @@ class Pin:
     name: str
     url: str
     commit: str | None = None  # git sources
-    sha256: str | None = None  # tarball sources
+    sha256: str | None = None  # tarball and sdist sources
     tree: str | None = None  # optional: expected tree id of `commit`
     ref: str | None = None  # informational
     date: dt.date | None = None  # informational (commit date)
@@ -39,6 +66,9 @@ class Pin:
     path: str | None = None  # submodule path inside the parent's tree
     fetchcontent: str | None = None  # CMake FetchContent name injected into the parent's build
     line: int | None = None  # where the entry starts in the lockfile
+    sdist: str | None = None  # "name==version": fetched from the package index's simple page
+    archive_root: str | None = None  # the single top directory the archive must have
+    embeds: tuple[Embed, ...] = ()  # trees an archive upstream carries, recorded as claims
 
     @property
     def is_git(self) -> bool:
@@ -47,6 +77,17 @@ class Pin:
     @property
     def is_submodule(self) -> bool:
         return self.path is not None
+
+    @property
+    def is_archive_upstream(self) -> bool:
+        """A top-level source that is an archive (tarball or sdist): exported as a git work
+        tree of one synthetic commit so a patch series applies to it."""
+        return self.commit is None and self.parent is None
+
+    @property
+    def identity(self) -> str:
+        """What the pin is, as provenance and labels name it: the commit, or `sha256:<hex>`."""
+        return self.commit or f"sha256:{self.sha256}"
 
     @property
     def short(self) -> str:
@@ -110,6 +151,37 @@ def _safe_relative_path(reader: TableReader, key: str, value: str | None) -> str
     return str(posix)
 
 
+def _embeds(reader: TableReader, value: object) -> tuple[Embed, ...]:
+    """`embeds = [{ path = "3rdparty/tvm", url = "…", claimed-commit = "…", tree = "…" }]`."""
+    reader.seen.add("embeds")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        reader.error("embeds", "expected a list of inline tables { path = \"…\", "
+                               "claimed-commit = \"…\" }")
+        return ()
+    out: list[Embed] = []
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        sub = TableReader(item, reader.problems, f"{reader.where}, embeds[{index}]",
+                          locate=lambda key: reader.locate("embeds"))
+        path = _safe_relative_path(sub, "path", sub.str("path", required=True))
+        url = sub.str("url")
+        claimed = _check_commit(sub, "claimed-commit")
+        tree = _check_commit(sub, "tree")
+        sub.finish(EMBED_KEYS)
+        if url is not None and (problem := check_url(url)) is not None:
+            sub.error("url", f"{url!r} {problem}")
+        if path is None:
+            continue
+        if path in seen:
+            sub.error("path", f"'{path}' is listed twice")
+            continue
+        seen.add(path)
+        out.append(Embed(path, url, claimed, tree))
+    return tuple(out)
+
+
 def parse_lockfile(path: Path) -> Lockfile:
     data, text = load_toml(path)
     problems = Problems(path)
@@ -136,7 +208,9 @@ def parse_lockfile(path: Path) -> Lockfile:
         )
         name = reader.str("name", required=True, pattern=NAME.pattern,
                           describe="a lowercase name of letters, digits, '.', '_' or '-'")
-        url = reader.str("url", required=True)
+        sdist = reader.str("sdist", pattern=SDIST.pattern,
+                           describe="an exact requirement like \"tilelang==0.1.11\"")
+        url = reader.str("url", required="sdist" not in entry)
         commit = _check_commit(reader, "commit")
         tree = _check_commit(reader, "tree")
         sha256 = reader.str("sha256", pattern=SHA256.pattern, describe="64 lowercase hex digits")
@@ -146,15 +220,37 @@ def parse_lockfile(path: Path) -> Lockfile:
         sub_path = _safe_relative_path(reader, "path", reader.str("path"))
         fetchcontent = reader.str("fetchcontent", pattern=r"[A-Za-z0-9_.+-]+",
                                   describe="a CMake FetchContent name")
+        archive_root = reader.str("archive-root")
+        if archive_root is not None and (
+                "/" in archive_root or archive_root in ("", ".", "..")):
+            reader.error("archive-root", f"{archive_root!r} must be one directory name (the "
+                                         "archive's single top directory)")
+            archive_root = None
+        embeds = _embeds(reader, entry.get("embeds"))
         reader.finish()
-        if url is not None and (url_problem := check_url(url)) is not None:
+        if "sdist" in entry and "url" in entry:
+            reader.error("sdist", "give either 'url' (a tarball) or 'sdist' (fetched through "
+                                  "the package index), not both")
+        if "sdist" in entry and ("sha256" not in entry or "commit" in entry):
+            reader.error("sdist", "an sdist is verified by its 'sha256' (no 'commit')")
+        if "sdist" in entry and "parent" in entry:
+            reader.error("sdist", "an sdist is an upstream of its own (no 'parent')")
+        if ("archive-root" in entry or "embeds" in entry) and (
+                "sha256" not in entry or "parent" in entry):
+            key = "archive-root" if "archive-root" in entry else "embeds"
+            reader.error(key, "only an archive upstream ('sha256', no 'parent') has one")
+        if sdist is not None and url is None:
+            url = f"sdist:{sdist}"  # what keys and messages name; the index says where it is
+        elif url is not None and (url_problem := check_url(url)) is not None:
             reader.error("url", f"{url!r} {url_problem}" if url.strip() else url_problem)
         if "commit" in entry and "sha256" in entry:
             reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
         elif "commit" not in entry and "sha256" not in entry:
             reader.error(None, "missing 'commit' (a 40-hex git commit) or 'sha256' (a tarball)")
-        if "tree" in entry and "commit" not in entry:
-            reader.error("tree", "only git sources (with 'commit') have a tree")
+        if "tree" in entry and "commit" not in entry and ("parent" in entry or
+                                                           "sha256" not in entry):
+            reader.error("tree", "only git sources (with 'commit') and archive upstreams "
+                                 "('sha256', no 'parent': the imported tree) have a tree")
         if "path" in entry and ("parent" not in entry or "commit" not in entry):
             reader.error("path", "a submodule needs 'parent' and a git 'commit'")
         if "fetchcontent" in entry and "parent" not in entry:
@@ -170,7 +266,7 @@ def parse_lockfile(path: Path) -> Lockfile:
         first_line[name] = start
         pins.append(Pin(name=name, url=url, commit=commit, sha256=sha256, tree=tree, ref=ref,
                         date=date, parent=parent, path=sub_path, fetchcontent=fetchcontent,
-                        line=start))
+                        line=start, sdist=sdist, archive_root=archive_root, embeds=embeds))
     names = {p.name for p in pins}
     for pin in pins:
         where = f"source '{pin.name}'" + (f" (line {pin.line})" if pin.line else "")

@@ -64,6 +64,7 @@ from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.requirements import canonical_name
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 from sglforge.inputs.pins import Lockfile
+from sglforge.inputs.targets import Target, check_recipe_names
 from sglforge.inputs.toolchain import Toolchain
 from sglforge.wheel.normalize import DEFAULT_EXCLUDE
 
@@ -265,10 +266,13 @@ def merge_defaults(defaults: dict[str, Any], recipe: dict[str, Any]) -> dict[str
     return merged
 
 
-def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
+def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
+                 target: Target | None = None) -> Recipe:
     own, text = load_toml(path)
     defaults, defaults_bytes = load_defaults(path.parent)
     data = merge_defaults(defaults, own)
+    if target is not None and path.stem in target.overrides:  # inputs/targets.py
+        data = merge_defaults(data, target.overrides[path.stem])
     problems = Problems(path)
 
     def locate(key: str) -> int | None:
@@ -362,6 +366,9 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain) -> Recipe:
     if defaults_bytes:  # the defaults are part of the recipe: changing them changes the key
         digest = hashlib.sha256(DEFAULTS_FILE.encode() + b"\0" + defaults_bytes + b"\0"
                                 + path.name.encode() + b"\0" + path.read_bytes())
+    if target is not None:  # so is the target: another target, another recipe digest
+        digest = hashlib.sha256(f"target {target.name} {target.sha256}\0".encode()
+                                + digest.hexdigest().encode())
     return Recipe(
         name=name, path=path, sha256=digest.hexdigest(),
         upstream=upstream, subdir=str(posix), frontend=frontend, isolation=isolation,
@@ -469,8 +476,10 @@ def _config_settings(reader: TableReader, table: dict[str, Any]) -> dict[str, tu
     return out
 
 
-def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dict[str, Recipe]:
-    """Every `recipes/*.toml`, validated; problems in several files are reported together."""
+def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
+                 target: Target | None = None) -> dict[str, Recipe]:
+    """Every `recipes/*.toml`, validated (with a target's overrides applied); problems in
+    several files are reported together."""
     if not recipes_dir.is_dir():
         raise SglforgeError(f"{recipes_dir}: no recipes directory")
     recipes: dict[str, Recipe] = {}
@@ -480,7 +489,7 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dic
         if path.name == DEFAULTS_FILE:
             continue
         try:
-            recipe = parse_recipe(path, lock, toolchain)
+            recipe = parse_recipe(path, lock, toolchain, target)
         except SglforgeError as exc:
             errors.append(str(exc))
             continue
@@ -494,6 +503,8 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dic
         raise SglforgeError("\n".join(errors))
     if not recipes:
         raise SglforgeError(f"{recipes_dir}: no recipes (*.toml)")
+    if target is not None:
+        check_recipe_names(target, list(recipes))
     return recipes
 
 

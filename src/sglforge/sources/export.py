@@ -14,6 +14,13 @@ from sglforge.base.git import git, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
 from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_tar
+from sglforge.sources.archivetree import (
+    ImportedArchive,
+    archive_layout,
+    check_root,
+    commit_archive_tree,
+    hoist,
+)
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.fetch import verify_git_pin
 
@@ -22,8 +29,9 @@ from sglforge.sources.fetch import verify_git_pin
 class ExportedTree:
     name: str
     path: Path
-    commit: str | None
+    commit: str | None  # the pin's commit; an archive upstream: its import commit
     placed: tuple[str, ...]  # "<path> @ <commit>" of submodules placed inside
+    imported: ImportedArchive | None = None  # an archive upstream (sources/archivetree.py)
 
 
 
@@ -62,10 +70,12 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
 
     Git upstreams become a git work tree detached at the pin (patches are then committed on
     top), with pinned submodules placed as plain files (unless `with_submodules` is off, as
-    for checking patches). Tarballs are extracted.
+    for checking patches). Tarballs are extracted; an archive upstream (tarball or sdist
+    without a parent) is then committed as one commit (sources/archivetree.py).
     """
     cache = SourceCache(settings.cache_dir)
     pin = lock.get(name)
+    imported = None
     with staging_dir(dest) as staged:
         if pin.is_git:
             git_dir = cache.git_dir(pin.url)
@@ -86,10 +96,20 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
             if actual != pin.sha256:
                 raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
                                     f"{pin.sha256}, got {actual} ({tarball})")
+            # checked extraction first (member-count and size caps), so the layout read
+            # below never walks an archive the caps refuse
             _extract_tarball(tarball, staged, name)
+            # an archive upstream becomes a one-commit repository so its series applies
+            layout = archive_layout(tarball, name) if pin.is_archive_upstream else None
+            if layout is not None:
+                check_root(pin, layout)
             placed = []
+            if layout is not None:
+                hoist(staged, layout)
+                imported = commit_archive_tree(staged, pin, layout.newest)
         replace_dir(staged, dest)
-    return ExportedTree(name=name, path=dest, commit=pin.commit, placed=tuple(placed))
+    return ExportedTree(name=name, path=dest, placed=tuple(placed), imported=imported,
+                        commit=imported.commit if imported else pin.commit)
 
 
 def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:

@@ -233,6 +233,8 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     series, which never reach into submodules or FetchContent archives.
     Offline, nothing is fetched; every missing item is listed in one error.
     """
+    from sglforge.sources.sdist import fetch_sdist
+
     cache = SourceCache(settings.cache_dir)
     report = FetchReport()
     pins = pinned_set(lock, names, with_children=with_children)
@@ -247,6 +249,12 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
                     report.missing.append(f"{pin.name}: commit {pin.commit} from {pin.url}")
                     continue
                 verify_git_pin(cache, pin)
+            elif pin.sdist is not None:
+                state = fetch_sdist(cache, pin, settings, offline, lock)
+                if state == "missing":
+                    report.missing.append(f"{pin.name}: sdist {pin.sdist} sha256 {pin.sha256} "
+                                          "from the package index")
+                    continue
             else:
                 state = fetch_tarball(cache, pin, settings, offline)
                 if state == "missing":

@@ -27,9 +27,9 @@ PROVENANCE_FILE = "sglforge-build.json"
 FORMAT = 1
 REQUIRED = ("upstream", "commit", "version", "cuda_archs", "requires_torch", "toolchain")
 _OPTIONAL_STR = ("generated_by", "wheel", "url", "subdir", "series_sha256", "recipe_sha256",
-                 "build_root", "content_key")
+                 "build_root", "content_key", "tree", "sha256", "sdist", "target")
 _OPTIONAL_INT = ("format", "source_date_epoch")
-_OPTIONAL_OBJECT_LISTS = ("sources", "patches")
+_OPTIONAL_OBJECT_LISTS = ("sources", "patches", "embeds")
 _OPTIONAL_BOOL = ("dev",)
 
 
@@ -37,7 +37,7 @@ _OPTIONAL_BOOL = ("dev",)
 class Provenance:
     # what every reader relies on
     upstream: str
-    commit: str
+    commit: str  # the pinned commit; an archive upstream: "sha256:<hex>"
     version: str  # the wheel's version; the build leaves it "" until post-processing stamps it
     cuda_archs: tuple[str, ...]
     requires_torch: str | None  # the exact torch the wheel is ABI-bound to
@@ -48,9 +48,17 @@ class Provenance:
     wheel: str | None = None  # the recipe
     url: str | None = None
     subdir: str | None = None
-    sources: tuple[dict[str, Any], ...] | None = None  # pinned children: name, commit, sha256
+    sources: tuple[dict[str, Any], ...] | None = None  # pinned children: name, commit, sha256,
+    #                                                     tree (the tree the build used)
     patches: tuple[dict[str, Any], ...] | None = None  # series entries: name, sha256
     series_sha256: str | None = None
+    # the upstream's `git write-tree` after the series: what was compiled (build/verify.py
+    # checks it; a peer re-derives it with git alone)
+    tree: str | None = None
+    sha256: str | None = None  # an archive upstream's sha256 (then `commit` is sha256:<hex>)
+    sdist: str | None = None  # an sdist upstream: "name==version" from the package index
+    embeds: tuple[dict[str, Any], ...] | None = None  # an archive's embedded trees (claims)
+    target: str | None = None  # the build target (targets/<name>.toml); None: the product
     recipe_sha256: str | None = None
     build_requires: dict[str, str | None] | None = None
     source_date_epoch: int | None = None
