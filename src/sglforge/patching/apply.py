@@ -24,11 +24,12 @@ from sglforge.base.git import COMMITTER, git, git_out
 from sglforge.inputs.settings import Settings
 from sglforge.patching.backport import CommitInfo, resolve_backport
 from sglforge.patching.diff import SYMLINK_MODE, DiffParseError, FilePatch, Hunk, parse_diff
+from sglforge.patching.gitpaths import MAIL_CONFIG, STRIP, PathsDisagree, check_names, mail_patch
 from sglforge.patching.patchformat import PatchFormatError, dep3_commit, patch_format
 from sglforge.patching.series import Backport, Entry, LocalPatch, PatchSeries
 
 STRICT = ["-c", "core.autocrlf=false", "-c", "am.threeWay=false", "-c", "apply.whitespace=nowarn",
-          "-c", "am.keepcr=true", "-c", "commit.gpgSign=false"]
+          "-c", "am.keepcr=true", "-c", "commit.gpgSign=false", *MAIL_CONFIG]
 MAX_SHOWN_LINES = 12
 
 
@@ -74,8 +75,17 @@ def resolve_entries(series: PatchSeries, settings: Settings) -> list[ResolvedEnt
                 info = _dep3_info(diff, where)
         if not files:
             raise SglforgeError(f"{where}: contains no file changes")
+        try:  # what git will apply (for an mbox: what git am extracts) read by git itself
+            check_names(files, mail_patch(diff) if kind_of(entry, info) == "mbox" else diff)
+        except PathsDisagree as exc:
+            raise PatchFailed(f"{where}: {exc}") from None
         resolved.append(ResolvedEntry(entry, where, diff, files, info))
     return resolved
+
+
+def kind_of(entry: Entry, info: CommitInfo | None) -> str:
+    """How an entry is committed: 'mbox' (git am) or 'apply' (git apply + commit)."""
+    return "mbox" if isinstance(entry, LocalPatch) and info is None else "apply"
 
 
 def _dep3_info(diff: bytes, where: str) -> CommitInfo:
@@ -284,17 +294,36 @@ def _link_change(file: FilePatch, old: tuple[str, _Content] | None) -> str:
     return "target changed" if file.hunks else "mode changed"
 
 
-def check_links_in_tree(tree: Path, item: ResolvedEntry) -> None:
-    """After an entry is committed: every symlink it touched resolves inside the tree as it
-    now is (defence in depth for check_paths, which predicts rather than observes)."""
+def committed_changes(tree: Path, parent: str) -> list[tuple[str, str, str]]:
+    """(path, new mode, new blob) of every path the commit on top of `parent` changed, as git
+    recorded it (mode '000000' for a removal): what git did, not what the patch was read to
+    say."""
+    raw = git("diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-commit-id", parent, "HEAD",
+              "--", cwd=tree).stdout.split(b"\0")
+    changes = []
+    for index in range(0, len(raw) - 1, 2):  # ":<old mode> <new mode> <old> <new> <status>", path
+        fields = raw[index].decode().split(" ")
+        changes.append((os.fsdecode(raw[index + 1]), fields[1], fields[3]))
+    return changes
+
+
+def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str) -> None:
+    """After an entry is committed, from what git actually wrote (defence in depth for
+    check_paths, which predicts rather than observes): every path the commit changed is one
+    the patch was read to name, and every symlink it left resolves inside the tree."""
     view = _SeriesView(tree)
-    for file in item.files:
-        if file.new_path and (tree / file.new_path).is_symlink():
-            target = os.fsencode(os.readlink(tree / file.new_path))
-            reason = _link_escape(view, file.new_path, target)
-            if reason:
-                raise PatchFailed(f"{item.where}: symlink {file.new_path!r} -> "
-                                  f"{os.fsdecode(target)!r} points outside the tree: {reason}")
+    named = {path for file in item.files for path in file.paths}
+    for path, mode, blob in committed_changes(tree, parent):
+        if path not in named:
+            raise PatchFailed(f"{item.where}: git changed {path!r}, a path sglforge did not "
+                              "read in the patch — refused")
+        if mode != SYMLINK_MODE:
+            continue
+        target = git("cat-file", "blob", blob, cwd=tree).stdout  # what a checkout links to
+        reason = _link_escape(view, path, target)
+        if reason:
+            raise PatchFailed(f"{item.where}: symlink {path!r} -> "
+                              f"{os.fsdecode(target)!r} points outside the tree: {reason}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,12 +437,12 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
 
 
 def _commit_entry(tree: Path, item: ResolvedEntry) -> str:
-    if isinstance(item.entry, LocalPatch) and item.info is None:  # mbox
-        proc = git("am", "--quiet", "--no-3way", "--keep-cr", "--whitespace=nowarn",
+    if kind_of(item.entry, item.info) == "mbox":
+        proc = git("am", STRIP, "--quiet", "--no-3way", "--keep-cr", "--whitespace=nowarn",
                    "--committer-date-is-author-date", cwd=tree, input=item.diff, check=False,
                    config=STRICT, env=COMMITTER)
     else:
-        proc = git("apply", "--index", "--whitespace=nowarn", "-", cwd=tree, input=item.diff,
+        proc = git("apply", STRIP, "--index", "--whitespace=nowarn", "-", cwd=tree, input=item.diff,
                    check=False, config=STRICT)
         if proc.returncode == 0:
             info = item.info
@@ -457,10 +486,12 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
     start = git_out("rev-parse", "HEAD", cwd=tree)
     applied: list[AppliedEntry] = []
     try:
+        parent = start
         for item in resolved:
             check_hunks(tree, item)
             commit = _commit_entry(tree, item)
-            check_links_in_tree(tree, item)
+            check_links_in_tree(tree, item, parent)
+            parent = commit
             applied.append(AppliedEntry(item.entry.label, commit))
     except BaseException as exc:
         _restore(tree, start)
