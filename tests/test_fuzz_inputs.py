@@ -437,6 +437,16 @@ REGRESSIONS = [
      "standin.toml: invalid TOML: arrays or inline tables nested too deeply"),
     ("profile", replace("STANDIN_RUN_DIR = ", '"A=B" = "x"\nSTANDIN_RUN_DIR = '), DRY, 2,
      "[server] env, key 'A=B' (line 21): not an environment variable name"),
+    # --- issue 21 item 11: every input read up to a cap that fits its kind (before: read
+    # whole, whatever its size) ---
+    ("patch", write(b"Description: x\n" + b" padding\n" * (2 << 20)), ("patches", "lint"), 1,
+     "0001-greeting.patch: larger than the 16 MiB a patch may be — refused"),
+    ("series", write(b"# padding\n" * ((1 << 20) // 10 + 1)), ("plan",), 2,
+     "cannot read the series file: larger than the 1 MiB a series file may be"),
+    ("recipe", write(b"# padding\n" * ((1 << 20) // 10 + 1)), ("plan",), 2,
+     "purepy.toml: larger than the 1 MiB a TOML input may be — refused"),
+    ("wheels-lock", write(b"# padding\n" * ((16 << 20) // 10 + 1)), DRY, 0,
+     "wheels.lock: larger than the 16 MiB a text input may be — refused"),
     # host with a NUL -> TypeError from socket.bind in doctor (now refused for every string)
     ("profile", replace('host = "127.0.0.1"', 'host = "a\\u0000b"'), DOCTOR, 2,
      "profile, key 'host' (line 4): contains a NUL character"),
