@@ -48,6 +48,7 @@ def links(world):  # noqa: ANN001, ANN201
     (world.root / "outside/secret.txt").write_text("/SECRET-TOKEN")
     (repo.path / "sub/deep").mkdir(parents=True)
     os.symlink("../../docs/guide.txt", repo.path / "sub/deep/rel")
+    os.symlink("sub/deep/../../docs", repo.path / "via")  # inside while sub/deep is a directory
     pinned = repo.commit("tree with links")
     world.write_lockfile(source_entry("links", world.url("org/links"), pinned, ref="main"))
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
@@ -410,3 +411,48 @@ def test_after_commit_check_reads_what_git_wrote(world, links):  # noqa: ANN001
     with pytest.raises(PatchFailed, match="symlink 'sub/e' -> '../../..' points outside the "
                                           "tree: climbs above the tree root"):
         check_links_in_tree(links.path, item, links.pinned)
+
+
+def test_after_commit_check_sees_untouched_links_moved_outside(world, links):  # noqa: ANN001
+    from sglforge.patching.apply import (
+        ResolvedEntry,
+        check_links_in_tree,
+        upstream_escapes,
+    )
+    from sglforge.patching.series import LocalPatch
+
+    allowed = upstream_escapes(links.path)
+    assert allowed == {"ext": os.fsencode(world.root / "outside")}  # upstream's own link out
+    run_git(links.path, "rm", "-q", "sub/deep/rel")  # (git removes the emptied sub/ too)
+    (links.path / "sub").mkdir(exist_ok=True)
+    os.symlink("..", links.path / "sub/deep")
+    run_git(links.path, "add", "sub/deep")
+    run_git(links.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    files = parse_diff(("diff --git a/sub/deep/rel b/sub/deep/rel\ndeleted file mode 120000\n"
+                        "--- a/sub/deep/rel\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+                        + _new_link("a/sub/deep b/sub/deep", "b/sub/deep", "..")).encode())
+    item = ResolvedEntry(LocalPatch("0001-x.patch", links.path / "x", b"", 1), "series:1",
+                         b"", files)
+    check_links_in_tree(links.path, item, links.pinned)  # without `allowed`: touched links only
+    with pytest.raises(PatchFailed, match=r"series:1: symlink 'via' -> 'sub/deep/../../docs' "
+                                          r"points outside the tree now that it is applied"):
+        check_links_in_tree(links.path, item, links.pinned, allowed)
+
+
+def test_untouched_link_sent_outside_through_a_changed_directory_is_refused(world, links):  # noqa: ANN001
+    # No section names `via` (-> sub/deep/../../docs), but once sub/deep is a link to `..`
+    # (itself inside: sub/.. is the root) `via` climbs two levels above the root.
+    patch = mbox("dir becomes link", (
+        "diff --git a/sub/deep/rel b/sub/deep/rel\ndeleted file mode 120000\n"
+        "index 1111111..0000000\n--- a/sub/deep/rel\n+++ /dev/null\n@@ -1 +0,0 @@\n"
+        "-../../docs/guide.txt\n\\ No newline at end of file\n"
+        + _new_link("a/sub/deep b/sub/deep", "b/sub/deep", "..")))
+    world.write_series("links", ["0001-dir.patch"], {"0001-dir.patch": patch})
+    with pytest.raises(PatchFailed) as err:
+        links.apply()
+    message = str(err.value)
+    assert message.startswith("refused before anything was written")
+    assert ("(0001-dir.patch): symlink 'via' -> 'sub/deep/../../docs' points outside the tree "
+            "once the whole series is applied (climbs above the tree root)") in message
+    assert run_git(links.path, "rev-parse", "HEAD") == links.pinned
+    assert (links.path / "sub/deep").is_dir() and not (links.path / "sub/deep").is_symlink()

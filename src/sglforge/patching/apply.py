@@ -277,9 +277,49 @@ def check_paths(tree: Path, resolved: list[ResolvedEntry]) -> None:
                 problems.append(f"{item.where}: symlink {file.new_path!r} -> "
                                 f"{os.fsdecode(target)!r} points outside the tree ({how}; "
                                 f"{reason})")
+    if not problems:  # (a link refused above would be named twice)
+        problems += [f"{resolved[-1].where if resolved else 'series'}: {p}"
+                     for p in _links_moved_outside(tree, view, upstream_escapes(tree))]
     if problems:
         raise PatchFailed("refused before anything was written: paths outside the tree:\n"
                           + "\n".join(f"  - {p}" for p in problems))
+
+
+def tree_links(tree: Path) -> dict[str, bytes]:
+    """Every symlink the work tree's index tracks: path -> target."""
+    links = {}
+    for record in git("ls-files", "-s", "-z", cwd=tree).stdout.split(b"\0"):
+        if record.startswith(b"120000 "):
+            path = os.fsdecode(record.split(b"\t", 1)[1])
+            links[path] = os.fsencode(os.readlink(tree / path))
+    return links
+
+
+def upstream_escapes(tree: Path) -> dict[str, bytes]:
+    """The links upstream itself ships pointing outside its tree (its business, not a patch's):
+    path -> target, at the pin."""
+    view = _SeriesView(tree)
+    return {path: target for path, target in tree_links(tree).items()
+            if _link_escape(view, path, target)}
+
+
+def _links_moved_outside(tree: Path, view: _SeriesView, allowed: dict[str, bytes],
+                         when: str = "once the whole series is applied") -> list[str]:
+    """Links that resolve outside once the series is applied although no section retargets
+    them: an untouched upstream link (or one an earlier entry made) whose way goes through a
+    directory a later section turned into a link (`u -> sub/deep/../../docs` once sub/deep
+    -> ..). Every link of the final tree is resolved against the final tree."""
+    problems = []
+    paths = set(tree_links(tree)) | set(view.state)
+    for path in sorted(paths):
+        target = view.link_target(path)
+        if target is None or target == b"?" or allowed.get(path) == target:
+            continue
+        reason = _link_escape(view, path, target)
+        if reason:
+            problems.append(f"symlink {path!r} -> {os.fsdecode(target)!r} points outside the "
+                            f"tree {when} ({reason})")
+    return problems
 
 
 def _link_change(file: FilePatch, old: tuple[str, _Content] | None) -> str:
@@ -307,11 +347,16 @@ def committed_changes(tree: Path, parent: str) -> list[tuple[str, str, str]]:
     return changes
 
 
-def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str) -> None:
+def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str,
+                        allowed: dict[str, bytes] | None = None) -> None:
     """After an entry is committed, from what git actually wrote (defence in depth for
     check_paths, which predicts rather than observes): every path the commit changed is one
-    the patch was read to name, and every symlink it left resolves inside the tree."""
+    the patch was read to name, every symlink it left resolves inside the tree, and so does
+    every other link of the tree but those upstream ships pointing out (`allowed`)."""
     view = _SeriesView(tree)
+    if allowed is not None:
+        for problem in _links_moved_outside(tree, view, allowed, "now that it is applied"):
+            raise PatchFailed(f"{item.where}: {problem}")
     named = {path for file in item.files for path in file.paths}
     for path, mode, blob in committed_changes(tree, parent):
         if path not in named:
@@ -484,13 +529,14 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
     resolved = resolve_entries(series, settings)
     check_paths(tree, resolved)
     start = git_out("rev-parse", "HEAD", cwd=tree)
+    allowed = upstream_escapes(tree)
     applied: list[AppliedEntry] = []
     try:
         parent = start
         for item in resolved:
             check_hunks(tree, item)
             commit = _commit_entry(tree, item)
-            check_links_in_tree(tree, item, parent)
+            check_links_in_tree(tree, item, parent, allowed)
             parent = commit
             applied.append(AppliedEntry(item.entry.label, commit))
     except BaseException as exc:
