@@ -319,7 +319,7 @@ ESCAPE_ONE_LEVEL_AWAY = (
     + _new_link("/sub/e /sub/e", "/sub/e", "y/" + "../" * 10 + "etc"))
 
 
-def test_absolute_form_diff_path_is_refused_not_checked_one_level_away(world, links):  # noqa: ANN001
+def test_absolute_form_diff_path_is_refused_not_checked_one_level_away(world, links):  # noqa: ANN001, E501
     message = refused(world, links, {"0001-away.patch": mbox("away", ESCAPE_ONE_LEVEL_AWAY)},
                       SglforgeError)
     assert ("(0001-away.patch): malformed diff at line 24 of 0001-away.patch: file name "
@@ -355,7 +355,7 @@ def test_every_absolute_form_of_a_name_is_refused(world, links, name, problem): 
 
 
 @pytest.mark.parametrize("mode", ["120777", "0120000"])
-def test_a_symlink_mode_git_accepts_in_any_spelling_is_seen_before_writing(world, links, mode):  # noqa: ANN001
+def test_a_symlink_mode_git_accepts_in_any_spelling_is_seen_before_writing(world, links, mode):  # noqa: ANN001, E501
     # git reads modes with strtoul(…, 8) and keeps only the file type: both make a link.
     patch = mbox("odd mode", f"diff --git a/l b/l\nnew file mode {mode}\nindex 0..1\n"
                              "--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n"
@@ -439,7 +439,7 @@ def test_after_commit_check_sees_untouched_links_moved_outside(world, links):  #
         check_links_in_tree(links.path, item, links.pinned, allowed)
 
 
-def test_untouched_link_sent_outside_through_a_changed_directory_is_refused(world, links):  # noqa: ANN001
+def test_untouched_link_sent_outside_through_a_changed_directory_is_refused(world, links):  # noqa: ANN001, E501
     # No section names `via` (-> sub/deep/../../docs), but once sub/deep is a link to `..`
     # (itself inside: sub/.. is the root) `via` climbs two levels above the root.
     patch = mbox("dir becomes link", (

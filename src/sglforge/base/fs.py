@@ -15,7 +15,6 @@ from typing import BinaryIO
 
 from sglforge.base.errors import SglforgeError
 
-
 # Caps for reading input files, by kind: far above any real file of that kind (the largest
 # committed TOML input is ~18 KB, the largest patch ~32 KB, runtime.lock ~400 KB), far below
 # what would hurt (a hostile pull request can add a gigabyte in one file).

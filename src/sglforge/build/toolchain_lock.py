@@ -45,13 +45,13 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import TEXT_INPUT_CAP
-from sglforge.base.tomlfile import read_input_text
 from sglforge.base.requirements import (
     PinnedRequirement,
     canonical_name,
     logical_lines,
     parse_pinned,
 )
+from sglforge.base.tomlfile import read_input_text
 
 SECTIONS = ("build", "torch-deps", "torch")
 DEFAULT_INDEX = "https://pypi.org/simple"
