@@ -80,7 +80,9 @@ def mail_patch(mbox: bytes) -> bytes:
         split = git(*MAIL_CONFIG, "mailsplit", "--keep-cr", f"-o{work / 'split'}", "--",
                     str(work / "mail"), cwd=work, check=False)
         messages = sorted((work / "split").iterdir())
-        if split.returncode != 0 or len(messages) != 1:
+        if split.returncode != 0 or not messages:
+            raise PathsDisagree("git am finds no mail in it")
+        if len(messages) != 1:
             raise PathsDisagree(f"git am would read {len(messages)} messages from it, not one "
                                 "(a line starting with 'From ' splits an mbox)")
         info = git(*MAIL_CONFIG, "mailinfo", str(work / "msg"), str(work / "patch"),
