@@ -86,6 +86,11 @@ OBJECTS = [
     "{unknown}", "{python}", "x" * 5000, "{cuda!x}", "{patchset8:d}", "{version:>999999999}",
     "a..b", "a\x00b",
 ]
+# Keys the structural mutation adds: unknown ones, and names no environment accepts (a
+# profile's env table: '=' splits a name, '$(…)' runs when a --dry-run line is pasted).
+KEYS = ["unknown-0", "unknown-1", "A=B", "$(touch pwned)", "", "1X", "a b", "X\n", "\u00e9"]
+# Nesting deeper than tomllib's and json's recursion (RecursionError before issue 21).
+DEEP = [b"x = " + b"[" * 3000 + b"]" * 3000, b"x = " + b"{a = " * 3000 + b"1" + b"}" * 3000]
 ASSIGN = re.compile(rb"^(\s*[\"']?[A-Za-z0-9_.-]+[\"']?\s*[=:]\s*)(.*)$")
 
 
@@ -127,6 +132,9 @@ def mutate(data: bytes, ops: list[tuple[str, int, int]], kind: str) -> bytes:
             continue
         elif op == "huge":
             lines.insert(index, b"x = " + b"9" * (1000 + choice % 5000))
+        elif op == "nest":
+            lines.insert(index, DEEP[choice % len(DEEP)] if kind != "manifest"
+                         else b"[" * (1000 + choice % 3000))
         data = b"\n".join(lines)
     return data
 
@@ -161,7 +169,7 @@ def tree_mutate(data: bytes, kind: str, pos: int, choice: int) -> bytes:
     if action == 0 and (len(node) > 1 or isinstance(node, dict)):
         del node[key]
     elif action == 1 and isinstance(node, dict):
-        node[f"unknown-{choice % 7}"] = value
+        node[KEYS[choice % len(KEYS)]] = value
     else:
         node[key] = value
     try:
@@ -174,7 +182,7 @@ def tree_mutate(data: bytes, kind: str, pos: int, choice: int) -> bytes:
 
 OPS = st.lists(st.tuples(
     st.sampled_from(["tree", "tree", "tree", "delete", "duplicate", "insert", "swap", "swap",
-                     "truncate", "not-utf8", "crlf", "huge"]),
+                     "truncate", "not-utf8", "crlf", "huge", "nest"]),
     st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=3)
 
 
@@ -203,11 +211,14 @@ def run_verbs(clone: fuzzproject.Clone, kind: str, verbs=None) -> list[tuple]:  
 def load_directly(clone: fuzzproject.Clone, kind: str) -> None:
     """The loaders themselves: only `SglforgeError` may come out of them."""
     from sglforge.base.errors import SglforgeError
+    from sglforge.smoke.profile import load_profile
     from sglforge.smoke.wheelset import load_wheelset
     from sglforge.wheel.outputs import load_manifest, read_runtime_lock
 
     try:
-        if kind == "runtime-lock":
+        if kind == "profile":
+            assert_launchable(load_profile(clone.path(kind), clone.root))
+        elif kind == "runtime-lock":
             read_runtime_lock(clone.path(kind), {"purepy"})
         elif kind == "manifest":
             load_manifest(clone.path(kind))
@@ -216,6 +227,16 @@ def load_directly(clone: fuzzproject.Clone, kind: str) -> None:
             load_wheelset(clone.root / "wheels", clone.root / "lockfiles" / "wheels.lock")
     except SglforgeError:
         pass
+
+
+def assert_launchable(profile) -> None:  # noqa: ANN001
+    """A profile that loads can be launched: every env name is one execve accepts and a
+    pasted --dry-run line sets (before issue 21, 'A=B' loaded and the launch raised
+    ValueError)."""
+    for env in (profile.server.env, profile.prefill.env, profile.decode.env, profile.router.env):
+        for name, value in env.items():
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name), name
+            assert "\0" not in value
 
 
 def fuzz_one(pristine, scratch, kind: str, ops, check: bool = True) -> None:  # noqa: ANN001
@@ -266,8 +287,28 @@ def test_fuzz_series_and_patches(pristine, scratch, ops, kind):  # noqa: ANN001
 
 @FUZZ
 @given(ops=OPS)
+@example(ops=[("nest", 0, 0)])  # found: RecursionError out of tomllib
 def test_fuzz_profile(pristine, scratch, ops):  # noqa: ANN001
     fuzz_one(pristine, scratch, "profile", ops)
+
+
+WAIVERS = Path(__file__).resolve().parents[1] / "lockfiles" / "api-waivers.toml"
+
+
+@FUZZ
+@given(ops=OPS)
+@example(ops=[("nest", 0, 1)])  # found: RecursionError out of tomllib
+def test_fuzz_waivers(tmp_path_factory, ops):  # noqa: ANN001
+    """lockfiles/api-waivers.toml, read by `check`: only an SglforgeError may come out."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.check.waivers import load_policy
+
+    path = tmp_path_factory.mktemp("waivers") / "api-waivers.toml"
+    path.write_bytes(mutate(WAIVERS.read_bytes(), ops, "waivers"))
+    try:
+        load_policy(path)
+    except SglforgeError:
+        pass
 
 
 @FUZZ
@@ -331,10 +372,10 @@ REGRESSIONS = [
                        b'"version": "1", "sha256": "0"}]}'), DOCTOR, 0,
      "'file' must be a file name in"),
     ("series", make_directory, ("plan",), 2,
-     "series: 1 problem:\n  - cannot read the series file: Is a directory"),
+     "series: 1 problem:\n  - cannot read the series file: is a directory"),
     ("series", make_directory, ("patches", "lint"), 1,
-     "cannot read the series file: Is a directory"),
-    ("series", make_directory, CHECK, 2, "cannot read the series file: Is a directory"),
+     "cannot read the series file: is a directory"),
+    ("series", make_directory, CHECK, 2, "cannot read the series file: is a directory"),
     ("profile", replace("port = 30103", "port = 70000"), DOCTOR, 2,
      "[router], key 'port' (line 52): must be between 1 and 65535, got 70000"),
     ("profile", replace("port = 30100", "port = 0"), DRY, 2,
@@ -386,6 +427,26 @@ REGRESSIONS = [
      "(0001-greeting.patch): malformed diff at line"),
     ("patch", replace("--- a/src/purepy/__init__.py", '--- "a/src/purepy/__init__.py\\"'),
      CHECK, 1, "(0001-greeting.patch): malformed diff at line"),
+    # --- issue 21 item 7: deep nesting -> RecursionError out of tomllib; an env name with '='
+    # loaded and failed at launch (ValueError: illegal environment variable name) ---
+    ("recipe", insert_bytes(DEEP[0], 0), ("plan",), 2,
+     "purepy.toml: invalid TOML: arrays or inline tables nested too deeply for the parser"),
+    ("lockfile", insert_bytes(DEEP[1], 0), ("plan",), 2,
+     "upstreams.toml: invalid TOML: arrays or inline tables nested too deeply"),
+    ("profile", insert_bytes(DEEP[0], 0), DRY, 2,
+     "standin.toml: invalid TOML: arrays or inline tables nested too deeply"),
+    ("profile", replace("STANDIN_RUN_DIR = ", '"A=B" = "x"\nSTANDIN_RUN_DIR = '), DRY, 2,
+     "[server] env, key 'A=B' (line 21): not an environment variable name"),
+    # --- issue 21 item 11: every input read up to a cap that fits its kind (before: read
+    # whole, whatever its size) ---
+    ("patch", write(b"Description: x\n" + b" padding\n" * (2 << 20)), ("patches", "lint"), 1,
+     "0001-greeting.patch: larger than the 16 MiB a patch may be — refused"),
+    ("series", write(b"# padding\n" * ((1 << 20) // 10 + 1)), ("plan",), 2,
+     "cannot read the series file: larger than the 1 MiB a series file may be"),
+    ("recipe", write(b"# padding\n" * ((1 << 20) // 10 + 1)), ("plan",), 2,
+     "purepy.toml: larger than the 1 MiB a TOML input may be — refused"),
+    ("wheels-lock", write(b"# padding\n" * ((16 << 20) // 10 + 1)), DRY, 0,
+     "wheels.lock: larger than the 16 MiB a text input may be — refused"),
     # host with a NUL -> TypeError from socket.bind in doctor (now refused for every string)
     ("profile", replace('host = "127.0.0.1"', 'host = "a\\u0000b"'), DOCTOR, 2,
      "profile, key 'host' (line 4): contains a NUL character"),

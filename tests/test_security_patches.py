@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglforge.base.errors import ConfigErrors
+from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.patching.apply import PatchFailed, apply_series
@@ -48,6 +48,7 @@ def links(world):  # noqa: ANN001, ANN201
     (world.root / "outside/secret.txt").write_text("/SECRET-TOKEN")
     (repo.path / "sub/deep").mkdir(parents=True)
     os.symlink("../../docs/guide.txt", repo.path / "sub/deep/rel")
+    os.symlink("sub/deep/../../docs", repo.path / "via")  # inside while sub/deep is a directory
     pinned = repo.commit("tree with links")
     world.write_lockfile(source_entry("links", world.url("org/links"), pinned, ref="main"))
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
@@ -62,11 +63,12 @@ def links(world):  # noqa: ANN001, ANN201
     return SimpleNamespace(path=exported.path, pinned=pinned, apply=apply)
 
 
-def refused(world, links, patches: dict[str, bytes]) -> str:  # noqa: ANN001
+def refused(world, links, patches: dict[str, bytes],  # noqa: ANN001
+            error: type[Exception] = PatchFailed) -> str:
     """Apply `patches` as the series; assert it is refused and nothing changed."""
     world.write_series("links", list(patches), patches)
     before = {p: os.readlink(links.path / p) for p in ("lnk", "sub/deep/rel")}
-    with pytest.raises(PatchFailed) as err:
+    with pytest.raises(error) as err:
         links.apply()
     assert run_git(links.path, "rev-parse", "HEAD") == links.pinned
     assert run_git(links.path, "status", "--porcelain", "--ignored") == ""
@@ -296,3 +298,161 @@ def test_series_file_that_is_a_symlink_is_refused(world, upstreams, tmp_path):  
     with pytest.raises(ConfigErrors) as err:
         load_series(Project(world.project), "alpha")
     assert "the series file is a symbolic link" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths are checked exactly where git writes them (absolute-form names, `//`, the p1 strip)
+
+
+def _new_link(header: str, plus: str, target: str) -> str:
+    return (f"diff --git {header}\nnew file mode 120000\nindex 0000000..1111111\n"
+            f"--- /dev/null\n+++ {plus}\n@@ -0,0 +1 @@\n+{target}\n"
+            "\\ No newline at end of file\n")
+
+
+# git strips `+++ /sub/e` to `sub/e` (the leading '/' is the first component's end); the old
+# parser checked `e`. From `e`, y/../…/etc stays inside (y -> a/b/…/j is ten levels deep); from
+# `sub/e`, y is sub/y -> .., the tree root, and ten `..` climb from there to the host's /etc.
+ESCAPE_ONE_LEVEL_AWAY = (
+    _new_link("a/y b/y", "b/y", "a/b/c/d/e/f/g/h/i/j")
+    + _new_link("a/sub/y b/sub/y", "b/sub/y", "..")
+    + _new_link("/sub/e /sub/e", "/sub/e", "y/" + "../" * 10 + "etc"))
+
+
+def test_absolute_form_diff_path_is_refused_not_checked_one_level_away(world, links):  # noqa: ANN001, E501
+    message = refused(world, links, {"0001-away.patch": mbox("away", ESCAPE_ONE_LEVEL_AWAY)},
+                      SglforgeError)
+    assert ("(0001-away.patch): malformed diff at line 24 of 0001-away.patch: file name "
+            "'/sub/e' is an absolute path — refused") in message
+    assert not (links.path / "sub/e").is_symlink() and not (links.path / "e").is_symlink()
+
+
+def test_cli_check_and_apply_refuse_the_absolute_form_escape(world, links):  # noqa: ANN001
+    world.write_series("links", ["0001-away.patch"],
+                       {"0001-away.patch": mbox("away", ESCAPE_ONE_LEVEL_AWAY)})
+    for verb in (("patches", "check", "links"), ("patches", "apply", "links")):
+        proc = run_cli(world, *verb)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, (verb, out)
+        assert "Traceback" not in out
+        assert "file name '/sub/e' is an absolute path — refused" in out, out
+    assert not [p for p in world.build_root.rglob("*") if p.is_symlink() and p.name == "e"]
+
+
+DEP3_HEAD = "Description: x\nAuthor: A <a@example.invalid>\n\n"
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("/sub/e", "file name '/sub/e' is an absolute path — refused"),  # a plain (quilt) diff
+    ('"/sub/\\145"', "file name '/sub/e' is an absolute path — refused"),  # quoted, \145 = e
+    ("b//etc/x", "file name 'b//etc/x' is the absolute path '/etc/x' once its leading "
+                 "directory is stripped — refused"),
+])
+def test_every_absolute_form_of_a_name_is_refused(world, links, name, problem):  # noqa: ANN001
+    patch = f"{DEP3_HEAD}--- /dev/null\n+++ {name}\n@@ -0,0 +1 @@\n+x\n".encode()
+    message = refused(world, links, {"0001-abs.patch": patch}, SglforgeError)
+    assert f"malformed diff at line 5 of 0001-abs.patch: {problem}" in message
+
+
+@pytest.mark.parametrize("mode", ["120777", "0120000"])
+def test_a_symlink_mode_git_accepts_in_any_spelling_is_seen_before_writing(world, links, mode):  # noqa: ANN001, E501
+    # git reads modes with strtoul(…, 8) and keeps only the file type: both make a link.
+    patch = mbox("odd mode", f"diff --git a/l b/l\nnew file mode {mode}\nindex 0..1\n"
+                             "--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n"
+                             "\\ No newline at end of file\n")
+    message = refused(world, links, {"0001-mode.patch": patch})
+    assert message.startswith("refused before anything was written")
+    assert "symlink 'l' -> '/etc' points outside the tree (created; is absolute)" in message
+
+
+def test_names_git_reads_differently_are_refused(world, links):  # noqa: ANN001
+    # A space before the timestamp: git recognises the date and writes `plain.txt`; a reader
+    # that splits at a tab (unidiff) sees a file called `plain.txt 2026-01-01 …`.
+    stamp = " 2026-01-01 00:00:00.000000000 +0000"
+    patch = (f"{DEP3_HEAD}--- a/plain.txt{stamp}\n+++ b/plain.txt{stamp}\n@@ -1 +1 @@\n"
+             "-docs\n+changed\n").encode()
+    message = refused(world, links, {"0001-stamp.patch": patch})
+    assert ("(0001-stamp.patch): file section 1 (line 4): git writes 'plain.txt' and reads "
+            f"'plain.txt', sglforge read 'plain.txt{stamp}'") in message
+    assert "refused (paths are checked only where git writes them)" in message
+
+
+def test_an_mbox_is_checked_as_git_am_extracts_it(world, links):  # noqa: ANN001
+    # Quoted-printable: the file says `sub/=65`, git am decodes and applies `sub/e`.
+    qp = mbox("qp", ESCAPE_ONE_LEVEL_AWAY.replace("/sub/e", "a/sub/=65")).replace(
+        b"Subject: [PATCH] qp\n", b"Subject: [PATCH] qp\nMIME-Version: 1.0\nContent-Type: "
+        b"text/plain; charset=UTF-8\nContent-Transfer-Encoding: quoted-printable\n")
+    message = refused(world, links, {"0001-qp.patch": qp})
+    assert ("(0001-qp.patch): the patch git am would apply is not the text of the file (a "
+            "transfer-encoded or multipart mail)") in message
+    # A second 'From ' line makes git am apply two mails; the series names one patch a file.
+    two = mbox("one", RETARGET.format(index="", target="docs/guide.txt")) + mbox(
+        "two", _new_link("a/q b/q", "b/q", "docs"))
+    message = refused(world, links, {"0001-two.patch": two})
+    assert "(0001-two.patch): git am would read 2 messages from it, not one" in message
+
+
+def test_after_commit_check_reads_what_git_wrote(world, links):  # noqa: ANN001
+    from sglforge.patching.apply import ResolvedEntry, check_links_in_tree
+    from sglforge.patching.series import LocalPatch
+
+    # A commit that leaves sub/e -> outside, described by a reading that named only `e` (the
+    # old parser's view of `+++ /sub/e`): what git did is checked, not what was predicted.
+    os.symlink("../../..", links.path / "sub/e")
+    run_git(links.path, "add", "sub/e")
+    run_git(links.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    (file,) = parse_diff(_new_link("a/e b/e", "b/e", "../../..").encode())
+    item = ResolvedEntry(LocalPatch("0001-x.patch", links.path / "x", b"", 1), "series:1",
+                         b"", [file])
+    with pytest.raises(PatchFailed, match="git changed 'sub/e', a path sglforge did not read"):
+        check_links_in_tree(links.path, item, links.pinned)
+    (file,) = parse_diff(_new_link("a/sub/e b/sub/e", "b/sub/e", "../../..").encode())
+    item = ResolvedEntry(item.entry, "series:1", b"", [file])
+    with pytest.raises(PatchFailed, match="symlink 'sub/e' -> '../../..' points outside the "
+                                          "tree: climbs above the tree root"):
+        check_links_in_tree(links.path, item, links.pinned)
+
+
+def test_after_commit_check_sees_untouched_links_moved_outside(world, links):  # noqa: ANN001
+    from sglforge.patching.apply import (
+        ResolvedEntry,
+        check_links_in_tree,
+        upstream_escapes,
+    )
+    from sglforge.patching.series import LocalPatch
+
+    allowed = upstream_escapes(links.path)
+    assert allowed == {"ext": os.fsencode(world.root / "outside")}  # upstream's own link out
+    run_git(links.path, "rm", "-q", "sub/deep/rel")  # (git removes the emptied sub/ too)
+    (links.path / "sub").mkdir(exist_ok=True)
+    os.symlink("..", links.path / "sub/deep")
+    run_git(links.path, "add", "sub/deep")
+    run_git(links.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    files = parse_diff(("diff --git a/sub/deep/rel b/sub/deep/rel\ndeleted file mode 120000\n"
+                        "--- a/sub/deep/rel\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+                        + _new_link("a/sub/deep b/sub/deep", "b/sub/deep", "..")).encode())
+    item = ResolvedEntry(LocalPatch("0001-x.patch", links.path / "x", b"", 1), "series:1",
+                         b"", files)
+    check_links_in_tree(links.path, item, links.pinned)  # without `allowed`: touched links only
+    with pytest.raises(PatchFailed, match=r"series:1: symlink 'via' -> 'sub/deep/../../docs' "
+                                          r"points outside the tree now that it is applied"):
+        check_links_in_tree(links.path, item, links.pinned, allowed)
+
+
+def test_untouched_link_sent_outside_through_a_changed_directory_is_refused(world, links):  # noqa: ANN001, E501
+    # No section names `via` (-> sub/deep/../../docs), but once sub/deep is a link to `..`
+    # (itself inside: sub/.. is the root) `via` climbs two levels above the root.
+    patch = mbox("dir becomes link", (
+        "diff --git a/sub/deep/rel b/sub/deep/rel\ndeleted file mode 120000\n"
+        "index 1111111..0000000\n--- a/sub/deep/rel\n+++ /dev/null\n@@ -1 +0,0 @@\n"
+        "-../../docs/guide.txt\n\\ No newline at end of file\n"
+        + _new_link("a/sub/deep b/sub/deep", "b/sub/deep", "..")))
+    world.write_series("links", ["0001-dir.patch"], {"0001-dir.patch": patch})
+    with pytest.raises(PatchFailed) as err:
+        links.apply()
+    message = str(err.value)
+    assert message.startswith("refused before anything was written")
+    assert ("(0001-dir.patch): symlink 'via' -> 'sub/deep/../../docs' points outside the tree "
+            "once the whole series is applied (climbs above the tree root)") in message
+    assert run_git(links.path, "rev-parse", "HEAD") == links.pinned
+    assert (links.path / "sub/deep").is_dir() and not (links.path / "sub/deep").is_symlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,40 @@ def test_unreadable_files_are_errors(tmp_path, make, message):  # noqa: ANN001
     make(path)
     with pytest.raises(SglforgeError, match=re.escape(message)):
         load_toml(path)
+
+
+@pytest.mark.parametrize("text", ["a = " + "[" * 5000 + "]" * 5000,
+                                  "a = " + "{b = " * 5000 + "1" + "}" * 5000])
+def test_deeply_nested_toml_is_an_error_naming_the_file(tmp_path, text):  # noqa: ANN001
+    path = tmp_path / "deep.toml"
+    path.write_text(text)
+    with pytest.raises(SglforgeError, match=re.escape(f"{path}: invalid TOML: ") + ".*nested"):
+        load_toml(path)
+
+
+def test_toml_inputs_are_read_up_to_a_cap(tmp_path):  # noqa: ANN001
+    from sglforge.base.fs import TOML_INPUT_CAP
+
+    path = tmp_path / "big.toml"
+    path.write_bytes(b"# padding\n" * (TOML_INPUT_CAP // 10 + 1))
+    with pytest.raises(SglforgeError, match=re.escape(f"{path}: larger than the 1 MiB a TOML "
+                                                      "input may be")):
+        load_toml(path)
+
+
+def test_read_capped_refuses_what_is_not_a_regular_file(tmp_path):  # noqa: ANN001
+    import os
+
+    from sglforge.base.fs import read_capped
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it without O_NONBLOCK would hang the reader forever
+    with pytest.raises(SglforgeError, match="not a regular file"):
+        read_capped(fifo, 10, "patch")
+    exact = tmp_path / "exact"
+    exact.write_bytes(b"x" * 10)
+    assert read_capped(exact, 10, "patch") == b"x" * 10
+    with pytest.raises(SglforgeError, match="larger than the 9 bytes a patch may be"):
+        read_capped(exact, 9, "patch")
+    with pytest.raises(SglforgeError, match="not a regular file"):  # a device never ends
+        read_capped(Path("/dev/zero"), 9, "patch")

@@ -116,3 +116,35 @@ def test_dry_run_of_shipped_profile_matches_topology(tmp_path: Path) -> None:
     assert "--pd-disaggregation" in router
     pip = next(line for line in lines if "pip install" in line)
     assert "--require-hashes" in pip and "lockfiles/wheels.lock" in pip
+
+
+@pytest.mark.parametrize("name", ["A=B", "$(touch pwned)", "1X", "", "a b", "X\n"])
+def test_env_names_that_are_not_posix_names_are_refused_on_load(tmp_path: Path, name: str) -> None:
+    # Before: "A=B" loaded and the launch died with ValueError (illegal environment variable
+    # name); "$(…)" loaded and ran when the --dry-run line was pasted.
+    path = tmp_path / "env.toml"
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    path.write_text(_profile_text(**{'SGLANG_DSV4_INDEX_TOPK = "1024"':
+                                     f'SGLANG_DSV4_INDEX_TOPK = "1024"\n"{quoted}" = "x"'}))
+    with pytest.raises(ConfigErrors) as info:
+        load_profile(path, tmp_path)
+    line = path.read_text().splitlines().index(f'"{quoted}" = "x"') + 1
+    assert str(path) in str(info.value)
+    assert (f"[server] env, key {name!r} (line {line}): not an environment variable name"
+            in str(info.value))
+
+
+def test_dry_run_lines_are_safe_to_paste(tmp_path: Path) -> None:
+    from sglforge.smoke.commands import LaunchCommand
+
+    pwned = tmp_path / "pwned"
+    hostile = f"$(touch {pwned})`touch {pwned}`'\"\n;touch {pwned}"
+    command = LaunchCommand("prefill", ("printenv", "V"), {"V": hostile, f"$(touch {pwned})": "x"},
+                            tmp_path / "log", "http://x", "x")
+    proc = subprocess.run(["bash", "-c", command.shell()], capture_output=True, text=True,
+                          check=False)
+    assert not pwned.exists(), command.shell()
+    assert proc.returncode == 127  # the quoted bad name is a word the shell cannot run
+    ok = LaunchCommand("prefill", ("printenv", "V"), {"V": hostile}, tmp_path / "log", "", "")
+    proc = subprocess.run(["bash", "-c", ok.shell()], capture_output=True, text=True, check=True)
+    assert proc.stdout == hostile + "\n" and not pwned.exists()

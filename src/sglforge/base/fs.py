@@ -7,12 +7,62 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from sglforge.base.errors import SglforgeError
+
+# Caps for reading input files, by kind: far above any real file of that kind (the largest
+# committed TOML input is ~18 KB, the largest patch ~32 KB, runtime.lock ~400 KB), far below
+# what would hurt (a hostile pull request can add a gigabyte in one file).
+TOML_INPUT_CAP = 1 << 20  # lockfiles, recipes, profiles, waivers, config
+SERIES_CAP = 1 << 20  # patches/<upstream>/series
+PATCH_CAP = 16 << 20  # one local patch file
+TEXT_INPUT_CAP = 16 << 20  # other text inputs: requirement locks, manifests, JSON state
+
+
+def read_capped(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of the input file `path`, refusing more than `limit` bytes.
+
+    `what` says what the file is ("patch", "TOML input") for the message. A missing file, a
+    directory, something that is not a regular file (a FIFO would block, a device never ends),
+    an unreadable file or one over the cap is an `SglforgeError` naming the file and the cap;
+    at most `limit + 1` bytes are ever read, whatever the file's size claims.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SglforgeError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise SglforgeError(f"{path}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise SglforgeError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise SglforgeError(f"{path}: is a directory, expected a file")
+        if not stat.S_ISREG(mode):
+            raise SglforgeError(f"{path}: not a regular file (a {what} must be one)")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise SglforgeError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SglforgeError(f"{path}: larger than the {_size(limit)} a {what} may be — refused "
+                            "(is it the file you meant?)")
+    return data
+
+
+def _size(count: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
 
 
 def sha256_file(path: Path) -> str:

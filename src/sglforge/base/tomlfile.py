@@ -27,19 +27,14 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import TEXT_INPUT_CAP, TOML_INPUT_CAP, read_capped
 
 
-def read_input_text(path: Path) -> str:
-    """The UTF-8 text of an input file; a missing file, a directory, an unreadable file or
-    bytes that are not UTF-8 are `SglforgeError`s naming the file (and line), never tracebacks."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SglforgeError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise SglforgeError(f"{path}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise SglforgeError(f"{path}: cannot read: {exc.strerror or exc}") from None
+def read_input_text(path: Path, limit: int = TEXT_INPUT_CAP, what: str = "text input") -> str:
+    """The UTF-8 text of an input file; a missing file, a directory, an unreadable file, one
+    over `limit` bytes or bytes that are not UTF-8 are `SglforgeError`s naming the file (and
+    line), never tracebacks."""
+    raw = read_capped(path, limit, what)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -49,10 +44,14 @@ def read_input_text(path: Path) -> str:
 
 
 def load_toml(path: Path) -> tuple[dict[str, Any], str]:
-    """Parse `path`; return (data, text). Syntax errors name the file and line."""
-    text = read_input_text(path)
+    """Parse `path`; return (data, text). Syntax errors name the file and line; a file over
+    TOML_INPUT_CAP or nested too deeply for the parser is an error naming the file."""
+    text = read_input_text(path, TOML_INPUT_CAP, "TOML input")
     try:
         return tomllib.loads(text), text
+    except RecursionError:  # tomllib recurses per nested array/inline table
+        raise SglforgeError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
+                            "for the parser") from None
     except tomllib.TOMLDecodeError as exc:
         raise SglforgeError(f"{path}: invalid TOML: {exc}") from None
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit

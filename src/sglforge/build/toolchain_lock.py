@@ -44,12 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import TEXT_INPUT_CAP
 from sglforge.base.requirements import (
     PinnedRequirement,
     canonical_name,
     logical_lines,
     parse_pinned,
 )
+from sglforge.base.tomlfile import read_input_text
 
 SECTIONS = ("build", "torch-deps", "torch")
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -80,7 +82,7 @@ def parse_lock(path: Path) -> ToolchainLock:
     entries of each section are read by the one parser of hash-pinned requirement files
     (base/requirements.py), line numbers kept."""
     lock = ToolchainLock(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_input_text(path, TEXT_INPUT_CAP, "toolchain lock").splitlines()
     problems: list[str] = []
     section_of: list[str | None] = []
     section: str | None = None

@@ -61,6 +61,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import TOML_INPUT_CAP, read_capped
 from sglforge.base.requirements import canonical_name
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 from sglforge.inputs.pins import Lockfile
@@ -250,7 +251,7 @@ def load_defaults(recipes_dir: Path) -> tuple[dict[str, Any], bytes]:
         if name in values:
             reader.error(name, "belongs in each recipe, not in the shared defaults")
     problems.raise_if_any()
-    return data, path.read_bytes()
+    return data, text.encode("utf-8")  # the bytes load_toml read (strict UTF-8 round-trips)
 
 
 def merge_defaults(defaults: dict[str, Any], recipe: dict[str, Any]) -> dict[str, Any]:
@@ -362,10 +363,11 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
             for item in (value if isinstance(value, tuple) else (value,)):
                 _check_template(reader, table, item, PLACEHOLDERS, has_version)
     problems.raise_if_any()
-    digest = hashlib.sha256(path.read_bytes())
+    raw = read_capped(path, TOML_INPUT_CAP, "recipe")
+    digest = hashlib.sha256(raw)
     if defaults_bytes:  # the defaults are part of the recipe: changing them changes the key
         digest = hashlib.sha256(DEFAULTS_FILE.encode() + b"\0" + defaults_bytes + b"\0"
-                                + path.name.encode() + b"\0" + path.read_bytes())
+                                + path.name.encode() + b"\0" + raw)
     if target is not None:  # so is the target: another target, another recipe digest
         digest = hashlib.sha256(f"target {target.name} {target.sha256}\0".encode()
                                 + digest.hexdigest().encode())

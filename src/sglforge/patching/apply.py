@@ -24,11 +24,12 @@ from sglforge.base.git import COMMITTER, git, git_out
 from sglforge.inputs.settings import Settings
 from sglforge.patching.backport import CommitInfo, resolve_backport
 from sglforge.patching.diff import SYMLINK_MODE, DiffParseError, FilePatch, Hunk, parse_diff
+from sglforge.patching.gitpaths import MAIL_CONFIG, STRIP, PathsDisagree, check_names, mail_patch
 from sglforge.patching.patchformat import PatchFormatError, dep3_commit, patch_format
 from sglforge.patching.series import Backport, Entry, LocalPatch, PatchSeries
 
 STRICT = ["-c", "core.autocrlf=false", "-c", "am.threeWay=false", "-c", "apply.whitespace=nowarn",
-          "-c", "am.keepcr=true", "-c", "commit.gpgSign=false"]
+          "-c", "am.keepcr=true", "-c", "commit.gpgSign=false", *MAIL_CONFIG]
 MAX_SHOWN_LINES = 12
 
 
@@ -74,8 +75,17 @@ def resolve_entries(series: PatchSeries, settings: Settings) -> list[ResolvedEnt
                 info = _dep3_info(diff, where)
         if not files:
             raise SglforgeError(f"{where}: contains no file changes")
+        try:  # what git will apply (for an mbox: what git am extracts) read by git itself
+            check_names(files, mail_patch(diff) if kind_of(entry, info) == "mbox" else diff)
+        except PathsDisagree as exc:
+            raise PatchFailed(f"{where}: {exc}") from None
         resolved.append(ResolvedEntry(entry, where, diff, files, info))
     return resolved
+
+
+def kind_of(entry: Entry, info: CommitInfo | None) -> str:
+    """How an entry is committed: 'mbox' (git am) or 'apply' (git apply + commit)."""
+    return "mbox" if isinstance(entry, LocalPatch) and info is None else "apply"
 
 
 def _dep3_info(diff: bytes, where: str) -> CommitInfo:
@@ -267,9 +277,49 @@ def check_paths(tree: Path, resolved: list[ResolvedEntry]) -> None:
                 problems.append(f"{item.where}: symlink {file.new_path!r} -> "
                                 f"{os.fsdecode(target)!r} points outside the tree ({how}; "
                                 f"{reason})")
+    if not problems:  # (a link refused above would be named twice)
+        problems += [f"{resolved[-1].where if resolved else 'series'}: {p}"
+                     for p in _links_moved_outside(tree, view, upstream_escapes(tree))]
     if problems:
         raise PatchFailed("refused before anything was written: paths outside the tree:\n"
                           + "\n".join(f"  - {p}" for p in problems))
+
+
+def tree_links(tree: Path) -> dict[str, bytes]:
+    """Every symlink the work tree's index tracks: path -> target."""
+    links = {}
+    for record in git("ls-files", "-s", "-z", cwd=tree).stdout.split(b"\0"):
+        if record.startswith(b"120000 "):
+            path = os.fsdecode(record.split(b"\t", 1)[1])
+            links[path] = os.fsencode(os.readlink(tree / path))
+    return links
+
+
+def upstream_escapes(tree: Path) -> dict[str, bytes]:
+    """The links upstream itself ships pointing outside its tree (its business, not a patch's):
+    path -> target, at the pin."""
+    view = _SeriesView(tree)
+    return {path: target for path, target in tree_links(tree).items()
+            if _link_escape(view, path, target)}
+
+
+def _links_moved_outside(tree: Path, view: _SeriesView, allowed: dict[str, bytes],
+                         when: str = "once the whole series is applied") -> list[str]:
+    """Links that resolve outside once the series is applied although no section retargets
+    them: an untouched upstream link (or one an earlier entry made) whose way goes through a
+    directory a later section turned into a link (`u -> sub/deep/../../docs` once sub/deep
+    -> ..). Every link of the final tree is resolved against the final tree."""
+    problems = []
+    paths = set(tree_links(tree)) | set(view.state)
+    for path in sorted(paths):
+        target = view.link_target(path)
+        if target is None or target == b"?" or allowed.get(path) == target:
+            continue
+        reason = _link_escape(view, path, target)
+        if reason:
+            problems.append(f"symlink {path!r} -> {os.fsdecode(target)!r} points outside the "
+                            f"tree {when} ({reason})")
+    return problems
 
 
 def _link_change(file: FilePatch, old: tuple[str, _Content] | None) -> str:
@@ -284,17 +334,41 @@ def _link_change(file: FilePatch, old: tuple[str, _Content] | None) -> str:
     return "target changed" if file.hunks else "mode changed"
 
 
-def check_links_in_tree(tree: Path, item: ResolvedEntry) -> None:
-    """After an entry is committed: every symlink it touched resolves inside the tree as it
-    now is (defence in depth for check_paths, which predicts rather than observes)."""
+def committed_changes(tree: Path, parent: str) -> list[tuple[str, str, str]]:
+    """(path, new mode, new blob) of every path the commit on top of `parent` changed, as git
+    recorded it (mode '000000' for a removal): what git did, not what the patch was read to
+    say."""
+    raw = git("diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-commit-id", parent, "HEAD",
+              "--", cwd=tree).stdout.split(b"\0")
+    changes = []
+    for index in range(0, len(raw) - 1, 2):  # ":<old mode> <new mode> <old> <new> <status>", path
+        fields = raw[index].decode().split(" ")
+        changes.append((os.fsdecode(raw[index + 1]), fields[1], fields[3]))
+    return changes
+
+
+def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str,
+                        allowed: dict[str, bytes] | None = None) -> None:
+    """After an entry is committed, from what git actually wrote (defence in depth for
+    check_paths, which predicts rather than observes): every path the commit changed is one
+    the patch was read to name, every symlink it left resolves inside the tree, and so does
+    every other link of the tree but those upstream ships pointing out (`allowed`)."""
     view = _SeriesView(tree)
-    for file in item.files:
-        if file.new_path and (tree / file.new_path).is_symlink():
-            target = os.fsencode(os.readlink(tree / file.new_path))
-            reason = _link_escape(view, file.new_path, target)
-            if reason:
-                raise PatchFailed(f"{item.where}: symlink {file.new_path!r} -> "
-                                  f"{os.fsdecode(target)!r} points outside the tree: {reason}")
+    if allowed is not None:
+        for problem in _links_moved_outside(tree, view, allowed, "now that it is applied"):
+            raise PatchFailed(f"{item.where}: {problem}")
+    named = {path for file in item.files for path in file.paths}
+    for path, mode, blob in committed_changes(tree, parent):
+        if path not in named:
+            raise PatchFailed(f"{item.where}: git changed {path!r}, a path sglforge did not "
+                              "read in the patch — refused")
+        if mode != SYMLINK_MODE:
+            continue
+        target = git("cat-file", "blob", blob, cwd=tree).stdout  # what a checkout links to
+        reason = _link_escape(view, path, target)
+        if reason:
+            raise PatchFailed(f"{item.where}: symlink {path!r} -> "
+                              f"{os.fsdecode(target)!r} points outside the tree: {reason}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,12 +482,12 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
 
 
 def _commit_entry(tree: Path, item: ResolvedEntry) -> str:
-    if isinstance(item.entry, LocalPatch) and item.info is None:  # mbox
-        proc = git("am", "--quiet", "--no-3way", "--keep-cr", "--whitespace=nowarn",
+    if kind_of(item.entry, item.info) == "mbox":
+        proc = git("am", STRIP, "--quiet", "--no-3way", "--keep-cr", "--whitespace=nowarn",
                    "--committer-date-is-author-date", cwd=tree, input=item.diff, check=False,
                    config=STRICT, env=COMMITTER)
     else:
-        proc = git("apply", "--index", "--whitespace=nowarn", "-", cwd=tree, input=item.diff,
+        proc = git("apply", STRIP, "--index", "--whitespace=nowarn", "-", cwd=tree, input=item.diff,
                    check=False, config=STRICT)
         if proc.returncode == 0:
             info = item.info
@@ -455,12 +529,15 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
     resolved = resolve_entries(series, settings)
     check_paths(tree, resolved)
     start = git_out("rev-parse", "HEAD", cwd=tree)
+    allowed = upstream_escapes(tree)
     applied: list[AppliedEntry] = []
     try:
+        parent = start
         for item in resolved:
             check_hunks(tree, item)
             commit = _commit_entry(tree, item)
-            check_links_in_tree(tree, item)
+            check_links_in_tree(tree, item, parent, allowed)
+            parent = commit
             applied.append(AppliedEntry(item.entry.label, commit))
     except BaseException as exc:
         _restore(tree, start)

@@ -11,7 +11,9 @@ module keeps only what unidiff lacks, and says why where it does so:
   to parse; unidiff is given LF lines, and each hunk line gets its CR back from the patch;
 - names are read from the section's own header lines (the quoted `diff --git` pair is
   ambiguous for unidiff's pattern when names contain spaces); modes come from unidiff;
-- the `-p1` view git applies: one leading component stripped from every diff-header name;
+- the `-p1` view git applies: every name read as apply.c reads it (`_name`), modes made
+  canonical as git makes them (`_mode`), and, as the last word, git's own reading of the
+  patch compared with this one (`gitpaths`);
 - bytes: unidiff works on text; the patch is decoded with `surrogateescape` so every line
   round-trips to its exact bytes (CR included), which the applier compares with the tree.
 
@@ -151,15 +153,59 @@ def _no_nul(name: str, line: int) -> str:
     return name
 
 
-def _p1(token: str, line: int) -> str | None:
-    """A diff-header name as `git apply` (-p1) sees it: unquoted, first component removed."""
-    name = unquote(token.split("\t", 1)[0].rstrip("\r"), line)
-    if name == "/dev/null":
+def _name(field: str, line: int, *, strip: bool = True) -> str | None:
+    """A file name from a diff header, as `git apply -p1` reads it (apply.c find_name):
+
+    - quoted (`"a/caf\\303\\251"`): C-unquoted; else the name ends at a TAB or CR (git's
+      terminators for these lines; a space does not end it);
+    - `strip` (the `diff --git`, `---` and `+++` names): everything through the first '/' is
+      dropped, as -p1 does (`rename/copy from/to` names are already relative: git strips
+      nothing there);
+    - runs of '/' become one (git's squash_slash).
+
+    A name written in absolute form is refused, not read: git strips `/src/e` to `src/e` (its
+    first component is the empty one before the '/'), while a reader, and sglforge before,
+    sees a file `e`; so is a name that only strips to an absolute one (`a//x`)."""
+    if field.startswith('"'):
+        name = unquote(field.split("\t", 1)[0].rstrip("\r"), line)
+    else:
+        name = _no_nul(re.split(r"[\t\r]", field, maxsplit=1)[0], line)
+    if strip and name == "/dev/null":
         return None
-    if "/" not in name.strip("/"):
-        raise DiffParseError(line, f"file name {name!r} has no leading directory to strip "
-                                   "(git applies patches with -p1: a/…, b/…)")
-    return name.lstrip("/").split("/", 1)[1]
+    if name.startswith("/"):
+        raise DiffParseError(line, f"file name {name!r} is an absolute path — refused (patches "
+                                   "name files relative to the tree: a/…, b/…)")
+    if strip:
+        if "/" not in name:
+            raise DiffParseError(line, f"file name {name!r} has no leading directory to strip "
+                                       "(git applies patches with -p1: a/…, b/…)")
+        stripped = name.split("/", 1)[1]
+    else:
+        stripped = name
+    path = re.sub(r"/{2,}", "/", stripped)
+    if path.startswith("/"):
+        raise DiffParseError(line, f"file name {name!r} is the absolute path {path!r} once its "
+                                   "leading directory is stripped — refused")
+    if not path:
+        raise DiffParseError(line, f"file name {name!r} names no file after its leading "
+                                   "directory")
+    return path
+
+
+def _mode(text: str, line: int) -> str:
+    """A mode from a git header line, canonical as git makes it (apply.c parse_mode_line:
+    strtoul base 8, then canon_mode): git makes a link of `120777` or `0120000`, so sglforge
+    must see one there too."""
+    match = re.match(r"[ \t\r\n\v\f]*([+-]?)([0-7]+)(?=[ \t\r\n]|$)", text)
+    if not match:
+        raise DiffParseError(line, f"invalid mode {text[:40]!r} (an octal number such as "
+                                   "100644)")
+    value = int(match.group(2), 8)
+    value = (-value if match.group(1) == "-" else value) & 0xFFFFFFFF  # C's unsigned int
+    kind = value & 0o170000
+    if kind == 0o100000:
+        return "100755" if value & 0o100 else "100644"
+    return {0o120000: SYMLINK_MODE, 0o040000: "040000"}.get(kind, "160000")
 
 
 class _Counted:
@@ -223,9 +269,13 @@ def _file_patch(patched, lines: list[str], start: int,  # patched: unidiff's Pat
     if section and section[0].startswith("diff --git "):
         _read_git_header(result, section, start)
     else:
-        result.old_path = _p1(patched.source_file, start)
-        result.new_path = _p1(patched.target_file, start + 1)
-    result.old_mode, result.new_mode = patched.source_mode, patched.target_mode
+        result.old_path = _name(patched.source_file, start)
+        result.new_path = _name(patched.target_file, start + 1)
+        if result.old_path and result.new_path and result.old_path != result.new_path:
+            # A plain diff changes one file: git takes the new name, or the old one when the
+            # new one only adds to it (`x` and `x.orig`): apply.c parse_traditional_patch.
+            old, new = result.old_path, result.new_path
+            result.old_path = result.new_path = old if new.startswith(old) else new
     result.binary = result.binary or bool(patched.is_binary_file)
     for hunk in patched:
         result.hunks.append(_hunk(hunk, lines))
@@ -238,8 +288,8 @@ def _read_git_header(result: FilePatch, section: list[str], start: int) -> None:
     match = _GIT_HEADER.match(header)
     if not match:
         raise DiffParseError(start, f"cannot read the two file names of {header[:120]!r}")
-    result.old_path = _p1(match.group(1), start)
-    result.new_path = _p1(match.group(2), start)
+    result.old_path = _name(match.group(1), start)
+    result.new_path = _name(match.group(2), start)
     old_name = new_name = None
     for offset, raw in enumerate(section[1:], 1):
         line = raw.rstrip("\r\n")
@@ -248,17 +298,25 @@ def _read_git_header(result: FilePatch, section: list[str], start: int) -> None:
             break
         if line.startswith("new file mode "):
             result.old_path = None
+            result.new_mode = _mode(line[14:], number)
         elif line.startswith("deleted file mode "):
             result.new_path = None
+            result.old_mode = _mode(line[18:], number)
+        elif line.startswith("old mode "):
+            result.old_mode = _mode(line[9:], number)
+        elif line.startswith("new mode "):
+            result.new_mode = _mode(line[9:], number)
+        elif line.startswith("index ") and " " in line[6:]:
+            result.old_mode = _mode(line[6:].split(" ", 1)[1], number)  # git: the old mode
         elif line.startswith(("rename from ", "copy from ")):
-            result.old_path = unquote(line.split(" ", 2)[2], number)
+            result.old_path = _name(line.split(" ", 2)[2], number, strip=False)
             result.copy = line.startswith("copy ")
         elif line.startswith(("rename to ", "copy to ")):
-            result.new_path = unquote(line.split(" ", 2)[2], number)
+            result.new_path = _name(line.split(" ", 2)[2], number, strip=False)
         elif line.startswith("--- "):
-            old_name = (number, _p1(line[4:], number))
+            old_name = (number, _name(line[4:], number))
         elif line.startswith("+++ "):
-            new_name = (number, _p1(line[4:], number))
+            new_name = (number, _name(line[4:], number))
         elif line == "GIT binary patch" or line.startswith("Binary files "):
             result.binary = True
             break

@@ -30,6 +30,7 @@ from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.patching.apply import STRICT, PatchFailed, ResolvedEntry, apply_series, check_hunks
 from sglforge.patching.backport import resolve_backport
+from sglforge.patching.gitpaths import STRIP
 from sglforge.patching.series import Backport, LocalPatch, backport_wants, load_series
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
@@ -102,7 +103,8 @@ def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[
     kept = [f for f in item.files if f.path not in failing]
     if kept:
         diff = b"".join(f.raw for f in kept)
-        git("apply", "--index", "--whitespace=nowarn", "-", cwd=tree, input=diff, config=STRICT)
+        git("apply", STRIP, "--index", "--whitespace=nowarn", "-", cwd=tree, input=diff,
+            config=STRICT)
         git("commit", "--quiet", "--no-verify", "-C", picked, cwd=tree, config=STRICT,
             env=_commit_env(tree, picked))
     git("read-tree", "--reset", "-u", picked, cwd=tree)  # index + files = the merged result

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sglforge.base.errors import ConfigErrors
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import PATCH_CAP, SERIES_CAP, read_capped
 from sglforge.base.git import check_url
 from sglforge.inputs.pins import FULL_SHA, SHA256, Lockfile
 from sglforge.inputs.project import Project
@@ -134,9 +135,10 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
     if not path.exists():
         return PatchSeries(upstream, path, b"", ())
     try:
-        raw = path.read_bytes()
-    except OSError as exc:  # a directory, unreadable
-        raise ConfigErrors(path, [f"cannot read the series file: {exc.strerror or exc}"]) from None
+        raw = read_capped(path, SERIES_CAP, "series file")
+    except SglforgeError as exc:  # a directory, unreadable, over the cap
+        raise ConfigErrors(path, ["cannot read the series file: "
+                                  + str(exc).removeprefix(f"{path}: ")]) from None
     problems: list[str] = []
     entries: list[Entry] = []
     seen: dict[str, int] = {}
@@ -170,9 +172,9 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
                 problems.append(f"{where}: patch file {file} does not exist")
                 continue
             try:
-                entry = LocalPatch(name, file, file.read_bytes(), number)
-            except OSError as exc:
-                problems.append(f"{where}: cannot read patch file {file}: {exc.strerror or exc}")
+                entry = LocalPatch(name, file, read_capped(file, PATCH_CAP, "patch"), number)
+            except SglforgeError as exc:
+                problems.append(f"{where}: cannot read patch file: {exc}")
                 continue
             key = name
         if key in seen:

@@ -22,8 +22,15 @@ class LaunchCommand:
 
     def shell(self) -> str:
         """A copy-pasteable line: `ENV=... argv...`."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return shell_line(self.env, self.argv)
+
+
+def shell_line(env: dict[str, str], argv: tuple[str, ...]) -> str:
+    """`NAME=value ... argv...` safe to paste: every name, value and word shell-quoted. Profile
+    names are checked to be POSIX names on load, which quoting leaves as they are; any other
+    name would come out quoted, a word the shell runs as nothing but a missing command."""
+    words = [f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    return shlex.join(argv) if not words else " ".join(words) + " " + shlex.join(argv)
 
 
 @dataclass(frozen=True)

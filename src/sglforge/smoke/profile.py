@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
+from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml, tomllib
 
 PLACEHOLDERS = ("python", "model", "run_dir", "project")
 # SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).
@@ -189,7 +189,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     server = ServerSpec(
         command=tuple(server_r.str_list("command") or ["{python}", "-m", "sglang.launch_server"]),
         args=tuple(server_r.str_list("args") or []),
-        env=server_r.str_table("env"))
+        env=_env_table(server_r, text))
     if not server.command:
         server_r.error("command", "must not be empty")
     server_r.finish()
@@ -211,7 +211,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
             role=role, gpus=gpus, numa_node=r.int("numa-node", minimum=0, maximum=MAX_GPUS_INDEX),
             tp=tp, port=r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
             bootstrap_port=bootstrap,
-            args=tuple(r.str_list("args") or []), env=r.str_table("env"))
+            args=tuple(r.str_list("args") or []), env=_env_table(r, text))
         r.finish()
     overlap = set(roles["prefill"].gpus) & set(roles["decode"].gpus)
     if overlap and not share_gpus:
@@ -224,7 +224,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         command=tuple(router_r.str_list("command")
                       or ["{python}", "-m", "sglang_router.launch_router"]),
         port=router_r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
-        args=tuple(router_r.str_list("args") or []), env=router_r.str_table("env"),
+        args=tuple(router_r.str_list("args") or []), env=_env_table(router_r, text),
         ready_path=router_r.str("ready-path") or DEFAULT_ROUTER_READY_PATH)
     if not router.ready_path.startswith("/"):
         router_r.error("ready-path", f"must start with '/', got {router.ready_path!r}")
@@ -272,6 +272,37 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
         server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
         timeouts=timeouts, checks=checks, share_gpus=share_gpus)
+
+
+# A POSIX environment variable name: anything else cannot be set by `NAME=value cmd` (a '='
+# splits it, execve refuses it) and, pasted from --dry-run, could run as shell code.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_table(reader: TableReader, text: str) -> dict[str, str]:
+    """The `env` table of `reader`, with every name checked (file, table, key and line)."""
+    env = reader.str_table("env")
+    for name in [n for n in env if not ENV_NAME.fullmatch(n)]:
+        del env[name]
+        line = _quoted_key_line(text, name)
+        at = f" (line {line})" if line else ""
+        reader.problems.add(f"{reader.where} env, key {name[:80]!r}{at}: not an environment "
+                            "variable name (letters, digits and '_', not starting with a digit)")
+    return env
+
+
+def _quoted_key_line(text: str, name: str) -> int | None:
+    """Line of `"<name>" = …` (a name that is not a bare key must be quoted in TOML)."""
+    token = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*')\s*=""")
+    for number, row in enumerate(text.splitlines(), 1):
+        match = token.match(row)
+        if match:
+            try:
+                if list(tomllib.loads(match.group(1) + " = 0")) == [name]:
+                    return number
+            except tomllib.TOMLDecodeError:
+                continue
+    return None
 
 
 def _seconds(reader: TableReader, key: str, default: float) -> float:
