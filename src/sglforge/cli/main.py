@@ -19,12 +19,22 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
-from sglforge.cli import build, bundle, check, config, patches, publish, smoke, sources  # verbs
+from sglforge.cli import (  # verbs
+    build,
+    bundle,
+    check,
+    config,
+    patches,
+    preflight,
+    publish,
+    smoke,
+    sources,
+)
 from sglforge.inputs.project import Project, find_project
 from sglforge.inputs.settings import Settings, load_settings
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, preflight)
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
@@ -42,7 +52,9 @@ class VerbParser(argparse.ArgumentParser):
     _nested = False
 
     def parse_known_args(self, args=None, namespace=None):
-        if self._nested:  # parse_known_intermixed_args calls back into this method
+        # parse_known_intermixed_args calls back into this method; a verb that takes another
+        # verb's arguments verbatim (preflight: nargs=REMAINDER) cannot be intermixed.
+        if self._nested or any(a.nargs == argparse.REMAINDER for a in self._actions):
             return super().parse_known_args(args, namespace)
         self._nested = True
         try:
@@ -124,6 +136,23 @@ def build_parser() -> argparse.ArgumentParser:
     for verb_parser in subparsers.choices.values():
         _add_global_options(verb_parser, after_verb=True)
     return parser
+
+
+GLOBAL_OPTIONS = ("project", "config", "cache_dir", "build_root", "mirror")
+
+
+def parse_verb_args(argv: list[str], outer: argparse.Namespace | None = None
+                    ) -> argparse.Namespace:
+    """`argv` (VERB and its arguments) parsed exactly as `sglforge VERB …` parses it (usage
+    errors exit 2 with VERB's usage); global options from `outer` fill what argv leaves out
+    (--mirror adds up)."""
+    args = _merge_after_verb(build_parser().parse_args(argv))
+    for name in GLOBAL_OPTIONS if outer is not None else ():
+        if name == "mirror":
+            args.mirror = [*outer.mirror, *args.mirror]
+        elif getattr(args, name) is None:
+            setattr(args, name, getattr(outer, name))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -234,6 +234,20 @@ def _read_keys(reader: TableReader) -> dict[str, Any]:
     return out
 
 
+def recipe_files(recipes_dir: Path) -> list[Path]:
+    """The recipe files of `recipes_dir`, sorted: every `*.toml` except the shared defaults
+    (`_defaults.toml`) and any other name starting with `_` (not a recipe name). The one
+    listing: load, did-you-mean, the names lock-runtime and verify treat as ours."""
+    if not recipes_dir.is_dir():
+        return []
+    return sorted(p for p in recipes_dir.glob("*.toml") if not p.name.startswith("_"))
+
+
+def recipe_names(recipes_dir: Path) -> list[str]:
+    """The recipe names (file stems) of `recipes_dir`, sorted."""
+    return [p.stem for p in recipe_files(recipes_dir)]
+
+
 def load_defaults(recipes_dir: Path) -> tuple[dict[str, Any], bytes]:
     """`recipes/_defaults.toml` (checked like a recipe; may not set per-recipe keys), with its
     bytes; ({}, b"") when there is none."""
@@ -427,9 +441,7 @@ def recipe_hints(recipes_dir: Path) -> list[tuple[Path, str | None, str]]:
         defaults, _ = load_defaults(recipes_dir)
     except SglforgeError:
         defaults = {}
-    for path in sorted(recipes_dir.glob("*.toml")) if recipes_dir.is_dir() else []:
-        if path.name == DEFAULTS_FILE:
-            continue
+    for path in recipe_files(recipes_dir):
         try:
             own, text = load_toml(path)
         except SglforgeError:
@@ -476,9 +488,7 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain) -> dic
     recipes: dict[str, Recipe] = {}
     errors: list[str] = []
     load_defaults(recipes_dir)  # its problems once, not once per recipe
-    for path in sorted(recipes_dir.glob("*.toml")):
-        if path.name == DEFAULTS_FILE:
-            continue
+    for path in recipe_files(recipes_dir):
         try:
             recipe = parse_recipe(path, lock, toolchain)
         except SglforgeError as exc:
@@ -512,4 +522,5 @@ def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
     return sorted(wanted)
 
 
-__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "select"]
+__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "recipe_files",
+           "recipe_names", "select"]
