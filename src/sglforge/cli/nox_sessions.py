@@ -174,7 +174,9 @@ def toolchain_python(session: Any, root: Path) -> str:
 
     try:
         version = load_toolchain(root / "lockfiles" / "toolchain.toml").python
-        return str(find_python(version, f"`nox -s {session.name}` (its build venv)"))
+        python = str(find_python(version, f"`nox -s {session.name}` (its build venv)"))
+        session.log(f"toolchain Python {version}: {python}")
+        return python
     except SglforgeError as exc:
         exit_with(session, 2, f"error: {exc}")
     raise AssertionError  # exit_with does not return
