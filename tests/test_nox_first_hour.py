@@ -355,3 +355,33 @@ def test_interrupt_tests_pass_with_sigint_ignored_in_the_runner():
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. a mirror rule that matches no pin is a warning, not silence
+
+
+def test_a_mirror_rule_matching_no_pin_is_a_warning(tmp_path):
+    root, fixture = _project(tmp_path)
+    result = _nox(root, "fetch", "--mirror", "example.invalid=/srv/mirrors",
+                  *_mirror_args(fixture), env=_env(fixture))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert ("mirror rule 'example.invalid' = '/srv/mirrors' (cli: --mirror) matches no pinned "
+            "URL and is ignored") in out, out
+    assert "https://example.invalid/" in out.split("matches no pinned URL")[1]
+    assert f"mirror rule '{upstreams.MIRROR_PREFIX}'" not in out  # the rule that matches
+
+
+# ---------------------------------------------------------------------------------------------
+# 15. `lock-runtime -- --check` is offline: it installs nothing
+
+
+def test_lock_runtime_check_installs_nothing(tmp_path):
+    root, fixture = _project(tmp_path)
+    (root / "lockfiles" / "runtime.in").write_text("# hand\n")
+    result = _nox(root, "lock-runtime", "--check", env=_env(fixture))
+    out = result.stdout + result.stderr
+    assert "runtime.lock is missing" in out, out  # the check ran, and said what it found
+    assert result.returncode == 1, out
+    assert "pip install" not in out and "uv==" not in out, out  # (nox still makes its venv)
