@@ -212,9 +212,23 @@ def test_architecture_names_every_package() -> None:
 
 def test_build_host_prerequisites_name_ucx_and_the_cost_of_the_first_build() -> None:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("`nox -s build` needs a build host"):text.index("## Sources")]
+    section = text[text.index("**What it needs**"):text.index("## Sources")]
     assert "UCX" in section and "nixl" in section
     assert "4.9 GB" in section
     assert "hours on few cores" in section
     # The recipe that needs UCX points at the README for it.
     assert "UCX" in (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
+
+
+def test_first_screen_says_what_a_build_on_the_committed_pins_produces_needs_and_costs() -> None:
+    """Issue 23 item 6: a newcomer reads the failing end state before hours of compiling,
+    not 500 lines later."""
+    text = README.read_text(encoding="utf-8")
+    first = text[:text.index("## Sources")]
+    produces = first[first.index("**What `nox -s build` produces on the committed pins:**"):]
+    assert "wheels/" in produces and "stack check" in produces and "exit status 1" in produces
+    assert "Known gap" in produces and "--no-check" in produces
+    assert "**What it needs**" in first and "CUDA 13.0" in first and "3.12" in first
+    assert "**How long:**" in first and "hours" in first
+    assert "**Exit status through nox:**" in first and "SIGTERM" in first
+    assert "~5 GB toolchain venv" in first and "shared by `build`, `verify` and `matrix`" in first
