@@ -50,7 +50,7 @@ def fetch(session: nox.Session) -> None:
     _sglforge(session, "fetch")
 
 
-@nox.session
+@nox.session(default=False)
 def patches(session: nox.Session) -> None:
     """Check, apply, refresh or lint the patch series.
 
@@ -201,7 +201,7 @@ def lock_runtime(session: nox.Session) -> None:
                               {"SGLFORGE_UV": os.path.join(session.bin, "uv")})
 
 
-@nox.session(python=False)
+@nox.session(python=False, default=False)
 def bundle(session: nox.Session) -> None:
     """Write an offline release bundle for serving hosts into dist/.
 
@@ -210,7 +210,7 @@ def bundle(session: nox.Session) -> None:
     _sglforge(session, "bundle")
 
 
-@nox.session(python=False)
+@nox.session(python=False, default=False)
 def publish(session: nox.Session) -> None:
     """Add the wheels to a static PEP 503 index for serving hosts.
 

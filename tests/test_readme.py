@@ -232,3 +232,15 @@ def test_first_screen_says_what_a_build_on_the_committed_pins_produces_needs_and
     assert "**How long:**" in first and "hours" in first
     assert "**Exit status through nox:**" in first and "SIGTERM" in first
     assert "~5 GB toolchain venv" in first and "shared by `build`, `verify` and `matrix`" in first
+
+
+def test_module_paths_named_in_docs_and_lockfile_headers_exist() -> None:
+    """Issue 23 item 15: headers named src/sglforge/pins.py and toolchain.py after they moved."""
+    import re
+
+    files = [README, *(REPO / "docs").glob("*.md"), *(REPO / "lockfiles").glob("*"),
+             *(REPO / "stacks").glob("*/lockfiles/*"), REPO / "wheels" / "README.md",
+             REPO / "bench" / "README.md"]
+    named = {m for f in files if f.is_file()
+             for m in re.findall(r"src/sglforge/[A-Za-z0-9_/]+\.py", f.read_text("utf-8"))}
+    assert named and not [m for m in sorted(named) if not (REPO / m).exists()]
