@@ -385,3 +385,22 @@ def test_lock_runtime_check_installs_nothing(tmp_path):
     assert "runtime.lock is missing" in out, out  # the check ran, and said what it found
     assert result.returncode == 1, out
     assert "pip install" not in out and "uv==" not in out, out  # (nox still makes its venv)
+
+
+def test_build_refuses_a_missing_system_library_before_installing(tmp_path):
+    """Item 3: UCX for nixl-cu13 is a recipe's `host-requires`, checked with pkg-config."""
+    import shutil as _shutil
+
+    if _shutil.which("pkg-config") is None:
+        pytest.skip("needs pkg-config")
+    root, fixture = _project(tmp_path)
+    _config_with_mirror(fixture)
+    recipe = root / "recipes" / "purepy.toml"
+    recipe.write_text(recipe.read_text().replace(
+        'mem-per-job = "512MiB"', 'mem-per-job = "512MiB"\n'
+        'host-requires = ["sglforge-no-such-lib >= 1.22"]'))
+    result = _nox(root, "build", env=_env(fixture))
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert "purepy: sglforge-no-such-lib >= 1.22 (not found)" in out, out
+    assert "installing" not in out and "exported" not in out, out

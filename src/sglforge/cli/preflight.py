@@ -29,6 +29,7 @@ class Selection:
     upstreams: tuple[str, ...]
     needs_torch: bool
     device_code: bool
+    host_requires: dict[str, tuple[str, ...]]  # recipe -> pkg-config modules it needs
 
 
 def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
@@ -47,13 +48,19 @@ def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
                 for n in chosen)
     return Selection(recipes=tuple(chosen),
                      upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
-                     needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen))
+                     needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen),
+                     host_requires={n: recipes[n].host_requires for n in chosen
+                                    if recipes[n].host_requires})
 
 
-def _check_cuda(project, selection: Selection) -> None:  # noqa: ANN001
+def _check_host(project, selection: Selection, libraries: bool = True) -> None:  # noqa: ANN001
+    """The CUDA toolkit is the pinned release; the system libraries recipes name are there."""
+    from sglforge.build import hostdeps
     from sglforge.inputs.toolchain import find_cuda, load_toolchain
 
     find_cuda(load_toolchain(project.toolchain), required=selection.device_code)
+    if libraries:
+        hostdeps.check(selection.host_requires)
 
 
 def _fetch(selection: Selection, ctx) -> None:  # noqa: ANN001
@@ -77,7 +84,7 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
         check_dev_names(tuple(args.names))
     selection = select_recipes(project, args.names)
     check_compiler_cache(ctx.settings)
-    _check_cuda(project, selection)
+    _check_host(project, selection)
     if fetch:
         _fetch(selection, ctx)
     return f"recipes {', '.join(selection.recipes)}"
@@ -93,7 +100,7 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
                             "was installed")
     selection = select_recipes(project, args.names)
     ctx.settings  # noqa: B018  (the config is valid)
-    _check_cuda(project, selection)
+    _check_host(project, selection)
     if fetch:
         _fetch(selection, ctx)
     return f"recipes {', '.join(selection.recipes)}"
@@ -104,7 +111,7 @@ def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, A
         return "plan"
     selection = select_recipes(ctx.project, [])
     ctx.settings  # noqa: B018
-    _check_cuda(ctx.project, selection)
+    _check_host(ctx.project, selection, libraries=False)  # keys only: nothing is built
     return "plan --matrix"
 
 
