@@ -404,3 +404,26 @@ def test_build_refuses_a_missing_system_library_before_installing(tmp_path):
     assert result.returncode == 2, out
     assert "purepy: sglforge-no-such-lib >= 1.22 (not found)" in out, out
     assert "installing" not in out and "exported" not in out, out
+
+
+def test_a_fetch_waiting_for_the_source_cache_lock_says_who_holds_it(tmp_path):
+    """Item 13: two fetches meeting; the second says what it waits for instead of silence."""
+    fixture = make_project(tmp_path)
+    fixture.cache.mkdir(parents=True)
+    with open(fixture.cache / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("pid 424242\n")
+        held.flush()
+        proc = fixture.start("fetch")
+        deadline = time.monotonic() + 60
+        line = ""
+        while "waiting for" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, proc.communicate()
+        assert "waiting for the source cache" in line and "held by pid 424242" in line, line
+        assert proc.poll() is None  # still waiting while we hold it
+        held.truncate(0)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "exported  purepy" in out
