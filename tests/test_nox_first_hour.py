@@ -415,15 +415,21 @@ def test_a_fetch_waiting_for_the_source_cache_lock_says_who_holds_it(tmp_path):
         held.write("pid 424242\n")
         held.flush()
         proc = fixture.start("fetch")
-        deadline = time.monotonic() + 60
-        line = ""
-        while "waiting for" not in line and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, proc.communicate()
-        assert "waiting for the source cache" in line and "held by pid 424242" in line, line
-        assert proc.poll() is None  # still waiting while we hold it
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")),
+                                  daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 30
+        while not any("waiting for" in x for x in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        still_waiting = proc.poll() is None
         held.truncate(0)
         fcntl.flock(held, fcntl.LOCK_UN)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    out = proc.stdout.read()
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    line = next((x for x in lines if "waiting for" in x), "".join(lines))
+    assert "waiting for the source cache" in line and "held by pid 424242" in line, line
+    assert still_waiting  # it waited while we held the lock
+    assert proc.returncode == 0, lines
     assert "exported  purepy" in out
