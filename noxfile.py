@@ -173,6 +173,19 @@ def verify(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+def demo(session: nox.Session) -> None:
+    """Run the whole flow on the example project in demo/ (offline, minutes).
+
+    Generated upstreams served from a local mirror -> fetch -> strict patch check -> build (a
+    CUDA extension for sm_120a + a pure-Python wheel; arch audit; stack check) -> verify ->
+    check -> bundle, into build/demo/; prints where each artifact is. Needs nvcc and the
+    toolchain Python; installs the hash-pinned build tools (no torch) into the shared
+    toolchain venv. -- [--workdir DIR]
+    """
+    nox_sessions.demo(session, Path(ROOT))
+
+
+@nox.session(python=False, default=False)
 def realcheck(session: nox.Session) -> None:
     """Prove the real recipes reproducible -> bench/realcheck.json.
 

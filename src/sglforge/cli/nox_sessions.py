@@ -232,6 +232,21 @@ def prepare_toolchain(session: Any, root: Path, verb: str, posargs: Sequence[str
         toolchain = load_toolchain(root / "lockfiles" / "toolchain.toml")
     except (SglforgeError, toolchain_lock.LockError) as exc:
         exit_with(session, 2, f"error: {exc}")
+    return install_toolchain(session, root, python, torch, lock, toolchain)
+
+
+def install_toolchain(session: Any, root: Path, python: str, torch: bool, lock: Any = None,
+                      toolchain: Any = None) -> str:
+    """The shared toolchain venv with sglforge and lockfiles/toolchain.lock (torch sections
+    only when `torch`); returns its python."""
+    from sglforge.build import toolchain_lock
+    from sglforge.inputs.toolchain import load_toolchain
+
+    try:
+        lock = lock or toolchain_lock.parse_lock(root / "lockfiles" / "toolchain.lock")
+        toolchain = toolchain or load_toolchain(root / "lockfiles" / "toolchain.toml")
+    except (SglforgeError, toolchain_lock.LockError) as exc:
+        exit_with(session, 2, f"error: {exc}")
     pins = dict(toolchain.build_requires, **({"torch": toolchain.torch} if torch else {}))
     problems = toolchain_lock.check_against_pins(lock, pins)
     if problems:
@@ -262,3 +277,15 @@ def prepare_toolchain(session: Any, root: Path, verb: str, posargs: Sequence[str
     for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in
         session.run(*command, env=env, include_outer_env=False, external=True)
     return str(venv_python)
+
+
+def demo(session: Any, root: Path) -> None:
+    """`nox -s demo`: the toolchain Python, the shared toolchain venv without torch (the
+    hash-pinned build tools, ~100 MB the first time), then `python -m demo` in it."""
+    if wants_help(session.posargs):
+        run_sglforge(session, [sys.executable, "-m", "demo", "--help"],
+                     {"PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])})
+        return
+    python = install_toolchain(session, root, toolchain_python(session, root), torch=False)
+    run_sglforge(session, [python, "-m", "demo", *session.posargs],
+                 {"PYTHONPATH": str(root)})

@@ -58,7 +58,19 @@ def _check_host(project, selection: Selection, libraries: bool = True) -> None: 
     from sglforge.build import hostdeps
     from sglforge.inputs.toolchain import find_cuda, load_toolchain
 
-    find_cuda(load_toolchain(project.toolchain), required=selection.device_code)
+    cuda = find_cuda(load_toolchain(project.toolchain), required=selection.device_code)
+    if selection.device_code:
+        from sglforge.wheel.audit import find_cuobjdump
+
+        # the arch audit runs after the first CUDA wheel compiled (hours in): say it now.
+        # Looked up like the audit does, from this interpreter (under nox: nox's, not the
+        # toolchain venv's; the toolchain lock carries no cuobjdump).
+        if find_cuobjdump(cuda.home if cuda else None) is None:
+            raise SglforgeError(
+                "the arch audit needs cuobjdump (CUDA toolkit bin/, PATH), none found: every "
+                "recipe with cuda-archs is audited for its SASS after it compiles",
+                hint="install the CUDA toolkit's cuobjdump (cuda-cuobjdump-13-0) or put one on "
+                     "PATH (PyPI: nvidia-cuda-cuobjdump)")
     if libraries:
         hostdeps.check(selection.host_requires)
 
