@@ -433,3 +433,12 @@ def test_a_fetch_waiting_for_the_source_cache_lock_says_who_holds_it(tmp_path):
     assert still_waiting  # it waited while we held the lock
     assert proc.returncode == 0, lines
     assert "exported  purepy" in out
+
+
+def test_patches_session_rejects_a_bad_action_before_installing_unidiff(tmp_path):
+    root, fixture = _project(tmp_path)
+    result = _nox(root, "patches", "chek", env=_env(fixture))
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert "invalid choice: 'chek'" in out, out
+    assert "pip install" not in out, out

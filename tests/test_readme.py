@@ -51,6 +51,7 @@ RUN: dict[str, tuple[set[int], str]] = {
 NOT_RUN: dict[str, str] = {
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",
     "nox -s tests": "the test suite itself",
+    "nox -s demo": "installs the build tools (an index); tests/test_demo.py runs `python -m demo`",
     "nox -s dev": "pip-installs into .nox/dev (needs an index); tests/test_noxfile.py checks it",
     "source .nox/dev/bin/activate && sglforge --help": "needs the venv `nox -s dev` makes",
     "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm":

@@ -127,15 +127,20 @@ def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, A
     return "plan --matrix"
 
 
-def _settings_only(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
-    ctx.settings  # noqa: B018  (config file and environment are valid)
-    return args.verb
+def _patches(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
+    if args.action != "lint":  # lint reads no settings
+        ctx.settings  # noqa: B018  (config file and environment are valid)
+    return f"patches {args.action}"
+
+
+def _arguments_only(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
+    return args.verb  # parsed: the verb reads no settings, so a config problem is not its own
 
 
 # The verbs whose nox session installs something before running them.
 CHECKS: dict[str, Callable[[argparse.Namespace, object, bool], str]] = {
     "build": _build, "verify": _verify, "plan": _plan,
-    "patches": _settings_only, "check": _settings_only, "lock-runtime": _settings_only,
+    "patches": _patches, "check": _arguments_only, "lock-runtime": _arguments_only,
 }
 
 
