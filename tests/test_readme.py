@@ -245,3 +245,18 @@ def test_module_paths_named_in_docs_and_lockfile_headers_exist() -> None:
     named = {m for f in files if f.is_file()
              for m in re.findall(r"src/sglforge/[A-Za-z0-9_/]+\.py", f.read_text("utf-8"))}
     assert named and not [m for m in sorted(named) if not (REPO / m).exists()]
+
+
+def test_serving_host_install_routes_are_ones_that_can_work() -> None:
+    """Issue 23 item 5: wheels/README.md's route lacked the third-party wheelhouse; the README
+    promised a wheelhouse download that stops at cuda-tile, and a --from-lock verify whose lock
+    nobody said where to get."""
+    wheels_readme = (REPO / "wheels" / "README.md").read_text(encoding="utf-8")
+    assert "--find-links wheels/ --find-links WHEELHOUSE/ -r lockfiles/wheels.lock" in " ".join(
+        wheels_readme.replace("\\\n", " ").split())
+    assert "cuda-tile" in wheels_readme
+    text = README.read_text(encoding="utf-8")
+    serving = text[text.index("**Install on a serving host**"):text.index("### Remote compiler")]
+    assert "cuda-tile==1.6.0rc5" in serving and "no wheel" in serving
+    many = text[text.index("nox -s verify -- --from-lock"):text.index("**The CI matrix.**")]
+    assert "written by `nox -s build`" in many and "main carries none today" in many
