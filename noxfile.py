@@ -1,8 +1,14 @@
-"""Thin sessions: each installs what it needs and calls `sglforge <verb>`.
+"""Thin sessions: each checks first, installs what it needs and calls `sglforge <verb>`.
 
-`plan` and `fetch` run sglforge from src/ with the interpreter nox runs under (standard
-library only), so they work on an air-gapped host that has nox and git. `patches` also runs
-from src/, in a venv holding only `unidiff` (the diff parser; pure Python, no dependencies):
+The logic lives in the package (`sglforge.cli.nox_sessions`, imported from src/ with the
+interpreter nox runs under, standard library only): every session that installs something
+first runs `sglforge preflight VERB ARGS` (the verb's own parser, settings, recipes, host),
+so a mistake costs seconds, not an install; sglforge's exit status is nox's (2 stays 2), and
+SIGTERM/SIGHUP to nox reach sglforge, which stops what it started before nox exits.
+
+`plan` and `fetch` run sglforge from src/ with nox's interpreter, so they work on an
+air-gapped host that has nox and git. `patches` also runs from src/, in a venv holding only
+`unidiff` (the diff parser; pure Python, no dependencies; installed once, not on every run):
 on an air-gapped host point pip at a local copy of that one wheel (PIP_FIND_LINKS=DIR
 PIP_NO_INDEX=1). sglforge imports unidiff only where it parses a diff.
 """
