@@ -11,6 +11,18 @@ from pathlib import Path
 from sglforge.wheel.provenance import Provenance
 
 
+def default_signals() -> None:
+    """`preexec_fn` for a child a test will interrupt: SIGINT/SIGTERM/SIGHUP back to their
+    default dispositions. A suite started as `nohup … &` or from a non-interactive shell's `&`
+    runs with SIGINT ignored, and an ignored signal stays ignored across exec (Python then
+    installs no KeyboardInterrupt handler), so the child would never see the Ctrl-C the test
+    sends (issue 23 item 14)."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

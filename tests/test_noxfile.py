@@ -50,3 +50,29 @@ def test_dev_session_installs_sglforge_editable_and_is_not_a_default() -> None:
     assert isinstance(decorator, ast.Call)
     assert any(k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is False
                for k in decorator.keywords)
+
+
+def _default(node: ast.FunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Call):
+            for keyword in decorator.keywords:
+                if keyword.arg == "default" and isinstance(keyword.value, ast.Constant):
+                    return bool(keyword.value.value)
+    return True
+
+
+def test_sessions_that_write_are_not_defaults() -> None:
+    """Issue 23 item 15: docs/architecture.md says so; patches/bundle/publish were not."""
+    found = sessions()
+    writing = ("patches", "build", "verify", "lock_runtime", "bundle", "publish", "dev", "bench")
+    assert [name for name in writing if _default(found[name])] == []
+
+
+def test_the_noxfile_stays_thin() -> None:
+    """The sessions' logic lives in the package (argument checks, Python discovery, the
+    recipe listing): no session body is more than a few statements."""
+    long = [name for name, node in sessions().items() if len(node.body) > 6]
+    assert not long, long
+    source = NOXFILE.read_text(encoding="utf-8")
+    for marker in ("import subprocess", "glob(", "OPTIONS_WITH_VALUE", "def _probe_python"):
+        assert marker not in source, marker

@@ -51,6 +51,7 @@ RUN: dict[str, tuple[set[int], str]] = {
 NOT_RUN: dict[str, str] = {
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",
     "nox -s tests": "the test suite itself",
+    "nox -s demo": "installs the build tools (an index); tests/test_demo.py runs `python -m demo`",
     "nox -s dev": "pip-installs into .nox/dev (needs an index); tests/test_noxfile.py checks it",
     "source .nox/dev/bin/activate && sglforge --help": "needs the venv `nox -s dev` makes",
     "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm":
@@ -212,9 +213,50 @@ def test_architecture_names_every_package() -> None:
 
 def test_build_host_prerequisites_name_ucx_and_the_cost_of_the_first_build() -> None:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("`nox -s build` needs a build host"):text.index("## Sources")]
+    section = text[text.index("**What it needs**"):text.index("## Sources")]
     assert "UCX" in section and "nixl" in section
     assert "4.9 GB" in section
     assert "hours on few cores" in section
     # The recipe that needs UCX points at the README for it.
     assert "UCX" in (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
+
+
+def test_first_screen_says_what_a_build_on_the_committed_pins_produces_needs_and_costs() -> None:
+    """Issue 23 item 6: a newcomer reads the failing end state before hours of compiling,
+    not 500 lines later."""
+    text = README.read_text(encoding="utf-8")
+    first = text[:text.index("## Sources")]
+    produces = first[first.index("**What `nox -s build` produces on the committed pins:**"):]
+    assert "wheels/" in produces and "stack check" in produces and "exit status 1" in produces
+    assert "Known gap" in produces and "--no-check" in produces
+    assert "**What it needs**" in first and "CUDA 13.0" in first and "3.12" in first
+    assert "**How long:**" in first and "hours" in first
+    assert "**Exit status through nox:**" in first and "SIGTERM" in first
+    assert "~5 GB toolchain venv" in first and "shared by `build`, `verify` and `matrix`" in first
+
+
+def test_module_paths_named_in_docs_and_lockfile_headers_exist() -> None:
+    """Issue 23 item 15: headers named src/sglforge/pins.py and toolchain.py after they moved."""
+    import re
+
+    files = [README, *(REPO / "docs").glob("*.md"), *(REPO / "lockfiles").glob("*"),
+             *(REPO / "stacks").glob("*/lockfiles/*"), REPO / "wheels" / "README.md",
+             REPO / "bench" / "README.md"]
+    named = {m for f in files if f.is_file()
+             for m in re.findall(r"src/sglforge/[A-Za-z0-9_/]+\.py", f.read_text("utf-8"))}
+    assert named and not [m for m in sorted(named) if not (REPO / m).exists()]
+
+
+def test_serving_host_install_routes_are_ones_that_can_work() -> None:
+    """Issue 23 item 5: wheels/README.md's route lacked the third-party wheelhouse; the README
+    promised a wheelhouse download that stops at cuda-tile, and a --from-lock verify whose lock
+    nobody said where to get."""
+    wheels_readme = (REPO / "wheels" / "README.md").read_text(encoding="utf-8")
+    assert "--find-links wheels/ --find-links WHEELHOUSE/ -r lockfiles/wheels.lock" in " ".join(
+        wheels_readme.replace("\\\n", " ").split())
+    assert "cuda-tile" in wheels_readme
+    text = README.read_text(encoding="utf-8")
+    serving = text[text.index("**Install on a serving host**"):text.index("### Remote compiler")]
+    assert "cuda-tile==1.6.0rc5" in serving and "no wheel" in serving
+    many = text[text.index("nox -s verify -- --from-lock"):text.index("**The CI matrix.**")]
+    assert "written by `nox -s build`" in many and "main carries none today" in many

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglforge.smoke.processes import group_members
+from tests.helpers import default_signals
 
 from .conftest import SmokeProject
 
@@ -183,7 +184,8 @@ def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_ven
     smoke = subprocess.Popen(
         smoke_project.command("smoke", "--profile", "standin", "--out",
                               str(smoke_project.run_dir), "--venv", str(installed_venv)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=smoke_project.env())
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=smoke_project.env(),
+        preexec_fn=default_signals)  # even when the suite runs with SIGINT ignored (nohup &)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,11 +159,16 @@ def exclusive_lock(path: Path, what: str, *, wait: bool = False) -> Iterator[Non
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            raise SglforgeError(f"{what} is in use by {holder} (lock {path})") from None
+            if not wait:
+                raise SglforgeError(f"{what} is in use by {holder} (lock {path})") from None
+            # say why nothing happens instead of sitting silent (two fetches meeting)
+            print(f"waiting for the {what} lock held by {holder} ({path})", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")

@@ -30,6 +30,7 @@ from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
 from sglforge.build.pipeline import BuildOptions, run_build, target_wheels_dir
 from sglforge.inputs.project import Project
+from sglforge.inputs.recipes import recipe_names
 from sglforge.inputs.settings import Settings
 from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
 from sglforge.wheel.provenance import dev_build_problem
@@ -136,8 +137,7 @@ def expected_from_lock(project: Project) -> dict[str, dict]:
     manifest = {canonical_name(e["name"]): e
                 for e in load_manifest(project.wheels_dir / MANIFEST) if "recipe" in e}
     by_name = {name: e["recipe"] for name, e in manifest.items()}
-    recipes = {canonical_name(p.stem): p.stem for p in project.recipes_dir.glob("*.toml")
-               if not p.stem.startswith("_")}
+    recipes = {canonical_name(name): name for name in recipe_names(project.recipes_dir)}
     expected = {}
     for pin in pins:
         recipe = by_name.get(pin.name) or recipes.get(pin.name)

@@ -146,9 +146,13 @@ def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
 def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.build.pipeline import run_build, summarize
 
+    from sglforge.build import hostdeps
+    from sglforge.cli.preflight import select_recipes
+
     project = ctx.project
     check_recipes(args.names, project.recipes_dir)
     cache = check_compiler_cache(ctx.settings)  # before any fetch or build step
+    hostdeps.check(select_recipes(project, args.names).host_requires)
     if args.publish_dev and not args.dev:
         raise SglforgeError("--publish-dev is for dev builds: add --dev RECIPE")
     if args.dev:

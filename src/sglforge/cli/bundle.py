@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _our_names(project) -> set[str]:
     from sglforge.base.requirements import canonical_name
+    from sglforge.inputs.recipes import recipe_names
 
-    return {canonical_name(p.stem) for p in project.recipes_dir.glob("*.toml")}
+    return {canonical_name(name) for name in recipe_names(project.recipes_dir)}
 
 
 def run_lock_runtime(args: argparse.Namespace, ctx) -> int:

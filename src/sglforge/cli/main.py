@@ -13,21 +13,39 @@ after it); a verb's options and positional names mix in any order
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
+import os
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge import __version__
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
-from sglforge.cli import build, bundle, check, config, patches, publish, smoke, sources  # verbs
+from sglforge.cli import (  # verbs
+    build,
+    bundle,
+    check,
+    config,
+    patches,
+    preflight,
+    publish,
+    smoke,
+    sources,
+)
 from sglforge.inputs.project import Project, find_project
 from sglforge.inputs.settings import Settings, load_settings
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, preflight)
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
+DESCRIPTION = ("Fetch pinned upstreams, apply their patch series, build reproducible CUDA 13 "
+               "wheels, check them as a set and smoke-test them (README.md).")
+VALUE_OPTIONS = ("--project", "--config", "--cache-dir", "--build-root", "--mirror")
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -42,7 +60,9 @@ class VerbParser(argparse.ArgumentParser):
     _nested = False
 
     def parse_known_args(self, args=None, namespace=None):
-        if self._nested:  # parse_known_intermixed_args calls back into this method
+        # parse_known_intermixed_args calls back into this method; a verb that takes another
+        # verb's arguments verbatim (preflight: nargs=REMAINDER) cannot be intermixed.
+        if self._nested or any(a.nargs == argparse.REMAINDER for a in self._actions):
             return super().parse_known_args(args, namespace)
         self._nested = True
         try:
@@ -77,6 +97,15 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after_verb: bool) ->
     target.add_argument("--mirror", action="append", default=mirrors, dest=prefix + "mirror",
                         metavar="UPSTREAM=MIRROR",
                         help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)")
+    target.add_argument("-q", "--quiet", action="store_true",
+                        default=argparse.SUPPRESS if after_verb else False,
+                        dest=prefix + "quiet",
+                        help="print only warnings and errors (sglforge's progress lines on "
+                             "stdout are dropped; what the tools it runs print is not)")
+    target.add_argument("-v", "--verbose", action="store_true",
+                        default=argparse.SUPPRESS if after_verb else False,
+                        dest=prefix + "verbose",
+                        help="on an error, print the traceback too (for a bug report)")
 
 
 def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
@@ -87,6 +116,8 @@ def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
         name = key[len(AFTER_VERB):]
         if name == "mirror":
             args.mirror = [*args.mirror, *value]
+        elif name in ("quiet", "verbose"):
+            setattr(args, name, getattr(args, name) or value)
         else:
             setattr(args, name, value)
     return args
@@ -115,7 +146,8 @@ class Context:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglforge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="sglforge", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"sglforge {__version__}")
     _add_global_options(parser, after_verb=False)
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
                                        parser_class=VerbParser)
@@ -123,16 +155,62 @@ def build_parser() -> argparse.ArgumentParser:
         module.register(subparsers)
     for verb_parser in subparsers.choices.values():
         _add_global_options(verb_parser, after_verb=True)
+    parser.set_defaults(known_verbs=tuple(subparsers.choices))
     return parser
+
+
+def _check_verb(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A mistyped verb is a usage error with a "did you mean" (argparse only lists them)."""
+    verbs = parser.get_default("known_verbs")
+    words = iter(argv)
+    for word in words:
+        if word in VALUE_OPTIONS:
+            next(words, None)
+        elif not word.startswith("-"):
+            if word not in verbs:
+                close = difflib.get_close_matches(word, verbs, n=2, cutoff=0.6)
+                guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+                parser.error(f"unknown verb {word!r}{guess} (verbs: {', '.join(verbs)})")
+            return
+
+
+GLOBAL_OPTIONS = ("project", "config", "cache_dir", "build_root", "mirror")
+
+
+def parse_verb_args(argv: list[str], outer: argparse.Namespace | None = None
+                    ) -> argparse.Namespace:
+    """`argv` (VERB and its arguments) parsed exactly as `sglforge VERB …` parses it (usage
+    errors exit 2 with VERB's usage); global options from `outer` fill what argv leaves out
+    (--mirror adds up)."""
+    args = _merge_after_verb(build_parser().parse_args(argv))
+    for name in GLOBAL_OPTIONS if outer is not None else ():
+        if name == "mirror":
+            args.mirror = [*outer.mirror, *args.mirror]
+        elif getattr(args, name) is None:
+            setattr(args, name, getattr(outer, name))
+    return args
+
+
+@contextlib.contextmanager
+def _quiet(enabled: bool):  # noqa: ANN202
+    if not enabled:
+        yield
+        return
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    _check_verb(parser, argv)
     args = _merge_after_verb(parser.parse_args(argv))
     try:
-        with signals_as_exceptions():
+        with signals_as_exceptions(), _quiet(args.quiet):
             return int(args.func(args, Context(args)) or 0)
     except SglforgeError as exc:
+        if args.verbose:
+            traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as exc:

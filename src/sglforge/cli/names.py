@@ -42,11 +42,9 @@ def check_upstreams(names: Iterable[str], lock) -> None:
                 main=(pin.name for pin in lock.upstreams()))
 
 
-def recipe_names(recipes_dir: Path) -> list[str]:
-    return sorted(p.stem for p in recipes_dir.glob("*.toml"))
-
-
 def check_recipes(names: Iterable[str], recipes_dir: Path) -> None:
+    from sglforge.inputs.recipes import recipe_names
+
     check_names(names, recipe_names(recipes_dir), "recipe", f"{recipes_dir.name}/")
 
 

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "apply: apply to <build-root>/src/<upstream>. "
                     "refresh UPSTREAM --onto COMMIT: rebase the series onto a new pin. "
                     "lint: DEP-3 errors and hints. digest URL COMMIT: a backport's sha256.")
-    p.add_argument("action", choices=["check", "apply", "refresh", "lint", "digest"])
+    p.add_argument("action", choices=["check", "apply", "refresh", "lint", "digest"],
+                   help="what to do (see above)")
     p.add_argument("targets", nargs="*", default=[], metavar="UPSTREAM",
                    help="upstreams (default: all with a series); for digest: URL COMMIT")
     p.add_argument("--onto", metavar="COMMIT", help="refresh: the new upstream commit")

@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "trained offline) for a weight-free smoke")
     p.add_argument("dir", type=Path, help="output directory")
     p.add_argument("--force", action="store_true", help="overwrite an existing model there")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="random seed of the weights (same seed, same files; default 0)")
     p.set_defaults(func=run_tiny_model_verb)
 
 

@@ -65,6 +65,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         for line in import_bundle(args.from_bundle, settings):
             print(f"imported  {line}")
         offline = True
+    for line in unused_mirrors(settings, [p.url for p in lock.pins] + [w.url for w in wants]):
+        print(f"warning:  {line}")
     report = fetch_sources(lock, names, settings, offline=offline, extra=wants)
     for line in report.fetched:
         print(f"fetched   {line}")
@@ -89,6 +91,22 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
                              else "") + ")")
             print(f"exported  {name} -> {tree.path}{extra}")
     return 0
+
+
+def unused_mirrors(settings, urls: list[str]) -> list[str]:  # noqa: ANN001
+    """A warning for each mirror rule that matches none of `urls` (every pin of the lockfile
+    and every backport): a prefix like `github.com` (no scheme) is otherwise silently
+    ignored, and the fetch goes to the network."""
+    urls = [u for u in urls if u]
+    prefixes = sorted({"/".join(u.split("/")[:3]) + "/" for u in urls if "://" in u})
+    out = []
+    for mirror in settings.mirrors:
+        if not any(url.startswith(mirror.upstream) for url in urls):
+            out.append(f"mirror rule {mirror.upstream!r} = {mirror.mirror!r} "
+                       f"({settings.origin('mirror ' + mirror.upstream)}) matches no pinned URL "
+                       f"and is ignored; rules are URL prefixes as pins spell them "
+                       f"({', '.join(prefixes) or 'no pins'})")
+    return out
 
 
 def run_plan(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001

@@ -16,6 +16,8 @@
                                              # ninja files, *.o, CMakeFiles/, *_build/)
     exclude-defaults = true                  # false: only this recipe's `exclude`
     elf-deps = "error"                       # unresolvable DT_NEEDED: "error" or "warn"
+    host-requires = ["ucx >= 1.22"]          # system libraries (pkg-config modules), checked
+                                             # before anything is fetched or installed
     [env]                                    # environment of the build, placeholders allowed
     SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG = "{version}"
     [cmake-defines]                          # -D options, passed through CMAKE_ARGS
@@ -131,6 +133,7 @@ class Recipe:
     config_settings: dict[str, tuple[str, ...]]  # a list value repeats the setting
     exclude: tuple[str, ...] = ()  # build-litter patterns (defaults included unless opted out)
     elf_deps: str = "error"  # what an unresolvable DT_NEEDED is: "error" | "warn"
+    host_requires: tuple[str, ...] = ()  # system libraries, as pkg-config modules ("ucx >= 1.22")
     hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
 
     def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
@@ -218,7 +221,10 @@ RECIPE_KEYS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "exclude": ("str_list", {}, []),
     "exclude-defaults": ("bool", {}, True),
     "elf-deps": ("str", {}, "error"),
+    "host-requires": ("str_list", {}, []),
 }
+# `host-requires` entries: a pkg-config module, optionally with one version bound.
+HOST_REQUIRE = re.compile(r"([A-Za-z0-9_.+-]+)(?:\s*(>=|<=|=|>|<)\s*([0-9][0-9.]*))?")
 
 
 def _read_keys(reader: TableReader) -> dict[str, Any]:
@@ -234,6 +240,20 @@ def _read_keys(reader: TableReader) -> dict[str, Any]:
             out[name] = value
     reader.finish()
     return out
+
+
+def recipe_files(recipes_dir: Path) -> list[Path]:
+    """The recipe files of `recipes_dir`, sorted: every `*.toml` except the shared defaults
+    (`_defaults.toml`) and any other name starting with `_` (not a recipe name). The one
+    listing: load, did-you-mean, the names lock-runtime and verify treat as ours."""
+    if not recipes_dir.is_dir():
+        return []
+    return sorted(p for p in recipes_dir.glob("*.toml") if not p.name.startswith("_"))
+
+
+def recipe_names(recipes_dir: Path) -> list[str]:
+    """The recipe names (file stems) of `recipes_dir`, sorted."""
+    return [p.stem for p in recipe_files(recipes_dir)]
 
 
 def load_defaults(recipes_dir: Path) -> tuple[dict[str, Any], bytes]:
@@ -300,8 +320,12 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
     env, cmake_defines = get("env"), get("cmake-defines")
     config_settings = _config_settings(reader, get("config-settings"))
     extra_exclude, exclude_defaults = get("exclude"), get("exclude-defaults")
-    elf_deps = get("elf-deps")
+    elf_deps, host_requires = get("elf-deps"), get("host-requires")
 
+    for spec in host_requires:
+        if not HOST_REQUIRE.fullmatch(spec.strip()):
+            reader.error("host-requires", f"{spec!r} is not a pkg-config module with an "
+                                          "optional bound, like \"ucx >= 1.22\"")
     if upstream is not None:
         names = [p.name for p in lock.upstreams()]
         if upstream not in names:
@@ -380,7 +404,7 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
         cmake_defines=cmake_defines, config_settings=config_settings,
         exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
-        elf_deps=elf_deps,
+        elf_deps=elf_deps, host_requires=tuple(s.strip() for s in host_requires),
         hints=tuple(literal_arch_hints(data, text if own else "")))
 
 
@@ -436,9 +460,7 @@ def recipe_hints(recipes_dir: Path) -> list[tuple[Path, str | None, str]]:
         defaults, _ = load_defaults(recipes_dir)
     except SglforgeError:
         defaults = {}
-    for path in sorted(recipes_dir.glob("*.toml")) if recipes_dir.is_dir() else []:
-        if path.name == DEFAULTS_FILE:
-            continue
+    for path in recipe_files(recipes_dir):
         try:
             own, text = load_toml(path)
         except SglforgeError:
@@ -487,9 +509,7 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
     recipes: dict[str, Recipe] = {}
     errors: list[str] = []
     load_defaults(recipes_dir)  # its problems once, not once per recipe
-    for path in sorted(recipes_dir.glob("*.toml")):
-        if path.name == DEFAULTS_FILE:
-            continue
+    for path in recipe_files(recipes_dir):
         try:
             recipe = parse_recipe(path, lock, toolchain, target)
         except SglforgeError as exc:
@@ -525,4 +545,5 @@ def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
     return sorted(wanted)
 
 
-__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "select"]
+__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "recipe_files",
+           "recipe_names", "select"]

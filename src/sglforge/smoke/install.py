@@ -11,14 +11,13 @@ whatever interpreter runs sglforge.
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge.base import python as base_python
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
 from sglforge.base.requirements import installed_version
@@ -42,49 +41,12 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def _major_minor(python: str) -> str | None:
-    """`X.Y` of the interpreter at `python` (None: it does not run, e.g. a pyenv shim whose
-    version is not selected)."""
-    try:
-        result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                capture_output=True, text=True, timeout=30, check=False,
-                                stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
 def find_python(version: str, *, search_path: str | None = None, use_uv: bool = True,
                 pyenv_root: str | None = None) -> Path:
-    """An interpreter of Python `version` ("3.12"): this one when it is that version, else
-    `python3.12` on PATH, else what `uv python find 3.12` finds (installed ones only), else a
-    pyenv-installed one. None of them: an error saying how to get it."""
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
-        return Path(sys.executable)
-    candidates = []
-    on_path = shutil.which(f"python{version}", path=search_path)
-    if on_path:
-        candidates.append(on_path)
-    uv = shutil.which("uv", path=search_path) if use_uv else None
-    if uv:
-        found = subprocess.run([uv, "python", "find", "--no-python-downloads", version],
-                               capture_output=True, text=True, check=False,
-                               stdin=subprocess.DEVNULL, timeout=60)
-        if found.returncode == 0 and found.stdout.strip():
-            candidates.append(found.stdout.strip())
-    root = pyenv_root if pyenv_root is not None else os.environ.get(
-        "PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin",
-                                                f"python{version}")), reverse=True)
-    for candidate in candidates:
-        if _major_minor(candidate) == version:
-            return Path(candidate)
-    raise SglforgeError(
-        f"no Python {version} found for the smoke venv (lockfiles/toolchain.toml `python`; the "
-        f"wheels are built for it); looked for python{version} on PATH"
-        + (", `uv python find`" if use_uv else "") + ", pyenv",
-        hint=f"install it (`uv python install {version}`, `pyenv install {version}`, or the "
-             f"distribution's python{version} package) or put python{version} on PATH")
+    """The toolchain interpreter for the smoke venv: the one discovery routine the build's
+    nox sessions use too (`sglforge.base.python`)."""
+    return base_python.find_python(version, "the smoke venv", search_path=search_path,
+                                   use_uv=use_uv, pyenv_root=pyenv_root)
 
 
 def venv_base_python(project_root: Path) -> Path:

@@ -1,0 +1,171 @@
+"""`python -m demo [--workdir DIR]` (what `nox -s demo` runs): the whole sglforge flow on the
+small example project in demo/project, offline, in a few minutes on two cores.
+
+1. generate the two upstreams (demo/upstreams.py) at the commits demo/project pins, as a local
+   mirror of https://example.invalid/ (nothing is fetched from the network);
+2. copy demo/project to the work directory and write what depends on this host: its
+   toolchain.toml (this Python, the installed build tools, the CUDA release found: a build
+   runs against exactly what the toolchain pins) and a user config naming the mirror;
+3. run `python -m sglforge` the way a user does: preflight (arguments, inputs, nvcc,
+   cuobjdump) → fetch (checked commits) → patches check
+   (strict apply of the DEP-3 series on scratch exports) → build (both wheels; the arch audit
+   requires sm_120a in the CUDA library; the stack check runs at the end) → verify (rebuild
+   from scratch, sha256 per wheel) → check → bundle;
+4. print where each artifact is.
+
+Needs: nvcc from CUDA 12.8 or newer (sm_120a), cuobjdump (the arch audit) and the build tools the recipes name
+(setuptools, setuptools-scm, wheel, scikit-build-core, cmake, ninja) in this interpreter;
+`nox -s demo` installs them. No GPU is needed (nothing is run on one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from demo.upstreams import CUDAEXT, MIRROR_PREFIX, PUREPY, make_repo
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROJECT = HERE / "project"
+UPSTREAMS = {"purepy": PUREPY, "cudaext": CUDAEXT}
+BUILD_TOOLS = ("setuptools", "setuptools-scm", "wheel", "scikit-build-core", "cmake", "ninja")
+
+
+class DemoError(Exception):
+    pass
+
+
+def pinned_commits() -> dict[str, str]:
+    """name -> commit, from demo/project/lockfiles/upstreams.toml (read with sglforge's own
+    lockfile reader)."""
+    from sglforge.inputs.pins import parse_lockfile
+
+    return {p.name: p.commit for p in parse_lockfile(PROJECT / "lockfiles" / "upstreams.toml").pins}
+
+
+def make_mirror(mirror: Path) -> dict[str, str]:
+    """The upstreams as git repositories under `mirror` (org/<name>); each must come out at
+    its pinned commit, or the generator and the pins disagree."""
+    commits = {}
+    pins = pinned_commits()
+    for name, files in UPSTREAMS.items():
+        commits[name] = make_repo(mirror / "org" / name, files)
+        if commits[name] != pins[name]:
+            raise DemoError(f"demo/upstreams.py generates {name} at {commits[name]}, but "
+                            f"demo/project/lockfiles/upstreams.toml pins {pins[name]}")
+    return commits
+
+
+def cuda_release() -> str:
+    for nvcc in (os.environ.get("CUDA_HOME", "") + "/bin/nvcc", "/usr/local/cuda/bin/nvcc",
+                 shutil.which("nvcc") or ""):
+        if nvcc and Path(nvcc).is_file():
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                 check=False).stdout
+            if "release " in out:
+                return out.split("release ")[1].split(",")[0]
+    raise DemoError("nvcc not found ($CUDA_HOME/bin, /usr/local/cuda/bin, PATH): the demo "
+                    "builds a CUDA extension for sm_120a (CUDA 12.8 or newer)")
+
+
+def toolchain_toml() -> str:
+    missing = []
+    pins = []
+    for name in BUILD_TOOLS:
+        try:
+            pins.append(f'{name} = "{importlib.metadata.version(name)}"')
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        raise DemoError(f"this interpreter ({sys.executable}) lacks {', '.join(missing)}: "
+                        "run the demo with `nox -s demo`, which installs them")
+    return ("# Written by `python -m demo` for this host: the interpreter, build tools and CUDA\n"
+            "# release the demo builds with (a build checks it runs with exactly these).\n"
+            f'cuda = "{cuda_release()}"\n'
+            f'python = "{sys.version_info.major}.{sys.version_info.minor}"\n\n'
+            "[build-requires]\n" + "\n".join(pins) + "\n")
+
+
+def prepare(workdir: Path) -> dict[str, Path]:
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    paths = {"project": workdir / "project", "mirror": workdir / "mirror",
+             "cache": workdir / "cache", "build_root": workdir / "build-root",
+             "config": workdir / "config.toml"}
+    make_mirror(paths["mirror"])
+    shutil.copytree(PROJECT, paths["project"])
+    (paths["project"] / "lockfiles" / "toolchain.toml").write_text(toolchain_toml())
+    (paths["project"] / "wheels").mkdir()
+    paths["config"].write_text(f'[mirrors]\n"{MIRROR_PREFIX}" = "{paths["mirror"]}/"\n')
+    return paths
+
+
+def sglforge(paths: dict[str, Path], *args: str) -> str:
+    """One `python -m sglforge` step, output shown as it comes; a failure stops the demo."""
+    cmd = [sys.executable, "-m", "sglforge", "--project", str(paths["project"]),
+           "--config", str(paths["config"]), "--cache-dir", str(paths["cache"]),
+           "--build-root", str(paths["build_root"]), *args]
+    print(f"\n$ sglforge {' '.join(args)}", flush=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLFORGE_PROJECT", "SGLFORGE_CONFIG")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False)
+    print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        raise DemoError(f"`sglforge {' '.join(args)}` exited with status {proc.returncode}")
+    return proc.stdout
+
+
+def run(workdir: Path) -> int:
+    started = time.monotonic()
+    paths = prepare(workdir)
+    print(f"demo project: {paths['project']} (a copy of demo/project)\n"
+          f"local mirror: {paths['mirror']} (of {MIRROR_PREFIX}; generated, pinned commits)")
+    sglforge(paths, "preflight", "--no-fetch", "build")  # host and inputs, before any work
+    sglforge(paths, "fetch")
+    sglforge(paths, "patches", "check")
+    sglforge(paths, "build")
+    verify_out = paths["project"] / "verify"
+    sglforge(paths, "verify", "--out", str(verify_out))
+    sglforge(paths, "check")
+    bundle = sglforge(paths, "bundle", "--out", str(workdir / "dist"))
+    wheels = sorted((paths["project"] / "wheels").glob("*.whl"))
+    print(f"\ndemo: done in {time.monotonic() - started:.0f}s. Artifacts:")
+    for wheel in wheels:
+        print(f"  wheel           {wheel}")
+    print(f"  manifest        {paths['project'] / 'wheels' / 'manifest.json'}")
+    print(f"  hash lock       {paths['project'] / 'lockfiles' / 'wheels.lock'}")
+    print(f"  build logs      {paths['build_root'] / 'logs'}")
+    print(f"  patched trees   {paths['build_root'] / 'src'}")
+    print(f"  verify rebuild  {verify_out} (bit-identical to wheels/)")
+    print(f"  bundle          {bundle.strip().rsplit(' ', 1)[-1]}")
+    print(f"  source cache    {paths['cache']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "demo",
+                        help="where the demo writes everything (wiped first; default: "
+                             "build/demo)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "src"))
+    try:
+        return run(args.workdir.resolve())
+    except DemoError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
