@@ -273,11 +273,13 @@ def test_unknown_cache_key_has_a_did_you_mean(tmp_path):
 
 
 def test_mask_secrets_and_remote_plans():
-    from sglforge.build.compiler_cache import mask_secrets, plan_remote
+    from sglforge.base.credentials import mask_url
+    from sglforge.build.compiler_cache import plan_remote
 
-    assert mask_secrets("x redis://pw@h:1/0 http://u:p@h/c") == (
-        "x redis://***@h:1/0 http://u:***@h/c")
-    assert mask_secrets("redis://:pa/ss|x@h") == "redis://:***@h"  # malformed: still masked
+    assert mask_url("redis://pw@h:1/0") == "redis://***@h:1/0"
+    assert mask_url("http://u:p@h/c") == "http://u:***@h/c"
+    assert mask_url("redis://:pa/ss|x@h") == "redis://:***@h"  # malformed: still masked
+    assert mask_url("redis://:p@ss w@h") == "redis://:***@h"  # to the last '@', spaces too
     plan = plan_remote("redis://:pw@cache.internal:7000/3", isolated=True)
     assert plan.forward_to == ("cache.internal", 7000)
     assert plan.storage == "redis+unix://pw@localhost{socket}?db=3"  # ccache's password form

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
+from sglforge.base.credentials import mask_url, url_syntax_problem
 from sglforge.base.errors import SglforgeError
 from sglforge.build.netbridge import pump  # the same byte pump on both sides of the bridge
 
@@ -80,20 +81,6 @@ DEFAULT_REDIS_PORT = 6379
 
 # ---------------------------------------------------------------------------------------------
 # the remote URL: checked, masked
-
-
-# Up to the first '@' after `scheme://`, whatever it holds ('/', ':', '|'): a malformed URL
-# (refused) must be masked as well as a good one; masking too much is harmless.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^@\s]*)@")
-
-
-def mask_secrets(text: str) -> str:
-    """`scheme://user:SECRET@` -> `scheme://user:***@`, `scheme://SECRET@` -> `scheme://***@`
-    (a Redis URL's lone userinfo is its password), everywhere in `text`."""
-    def mask(match: re.Match[str]) -> str:
-        user, colon, _ = match.group("info").partition(":")
-        return match.group("scheme") + (f"{user}:***@" if colon else "***@")
-    return _USERINFO.sub(mask, text)
 
 
 def remote_problem(url: str) -> str | None:
@@ -107,11 +94,11 @@ def remote_problem(url: str) -> str | None:
     if "|" in url:
         return ("contains '|' (ccache reads what follows as backend attributes; use "
                 "read-only = true for read-only)")
-    try:
-        parts = urlsplit(url)
-        port = parts.port if parts.scheme in ("redis", "http", "https") else None
-    except ValueError as exc:
-        return f"is not a URL ({exc})"
+    problem = url_syntax_problem(url)  # never the parser's message: it quotes the password
+    if problem is not None:
+        return problem
+    parts = urlsplit(url)
+    port = parts.port if parts.scheme in ("redis", "http", "https") else None
     scheme = parts.scheme.lower()
     if scheme == "https":
         return ("https:// is not supported by ccache (its manual: 'HTTPS is not supported'); "
@@ -146,7 +133,7 @@ def check_remote(url: str, where: str) -> str:
     """`url` if it is a usable remote, else an SglforgeError naming `where` (masked URL)."""
     problem = remote_problem(url)
     if problem is not None:
-        raise SglforgeError(f"{where} {mask_secrets(url)!r}: {problem}")
+        raise SglforgeError(f"{where} {mask_url(url)!r}: {problem}")
     return url
 
 
@@ -160,11 +147,15 @@ class CompilerCache:
     remote: str | None = None  # checked by remote_problem
     read_only: bool = False
 
+    def __repr__(self) -> str:  # the remote may hold a password
+        remote = None if self.remote is None else mask_url(self.remote)
+        return f"CompilerCache({self.kind!r}, {remote!r}, read_only={self.read_only})"
+
     def describe(self) -> str:
         if self.remote is None:
             return self.kind
         mode = ", read-only" if self.read_only else ""
-        return f"{self.kind} + remote {mask_secrets(self.remote)}{mode}"
+        return f"{self.kind} + remote {mask_url(self.remote)}{mode}"
 
 
 def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCache | None:
@@ -394,4 +385,4 @@ class CacheStats:
 
 def mask_env_lines(env: Mapping[str, str]) -> str:
     """The build log's `# env K=V` header, secrets masked."""
-    return "".join(f"# env {k}={mask_secrets(env[k])}\n" for k in sorted(env))
+    return "".join(f"# env {k}={mask_url(env[k])}\n" for k in sorted(env))

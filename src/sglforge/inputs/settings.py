@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sglforge.base.credentials import mask_url
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
 from sglforge.base.tomlfile import (
@@ -63,7 +64,14 @@ class Mirror:
     mirror: str  # replacement prefix: a local path, file:// or another URL
 
 
-@dataclass(frozen=True)
+def _masked_repr(self: Any) -> str:
+    """A settings table's repr with its remote URL masked (it may hold a password)."""
+    shown = ", ".join(f"{f.name}={mask_url(v) if isinstance(v, str) else v!r}"
+                      for f in fields(self) for v in [getattr(self, f.name)])
+    return f"{type(self).__name__}({shown})"
+
+
+@dataclass(frozen=True, repr=False)
 class CompilerCacheSettings:
     """The `[compiler-cache]` table; `verify` ignores it (it always builds without a cache)."""
 
@@ -77,9 +85,10 @@ class CompilerCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
                           doc="read the remote, never write it (untrusted CI jobs)")
+    __repr__ = _masked_repr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WheelCacheSettings:
     """`[wheel-cache]`: the remote (shared) tier of the content-keyed wheel cache."""
 
@@ -88,6 +97,7 @@ class WheelCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
                           doc="read the remote tier, never upload (untrusted jobs)")
+    __repr__ = _masked_repr
 
 
 @dataclass(frozen=True)
@@ -266,9 +276,7 @@ def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
 
 
 def _shown(raw: Any) -> str:
-    from sglforge.build.compiler_cache import mask_secrets
-
-    return mask_secrets(repr(raw))
+    return repr(mask_url(str(raw)))
 
 
 def _table_file_layer(reader: TableReader, text: str,
@@ -470,8 +478,6 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))
-    from sglforge.build.compiler_cache import mask_secrets
-
     for table, values in ((COMPILER_CACHE, settings.compiler_cache),
                           (WHEEL_CACHE, settings.wheel_cache)):
         for name, spec in key_specs(table.fields).items():
@@ -479,7 +485,7 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
             if isinstance(value, bool):
                 shown = str(value).lower()
             else:  # a remote URL may hold a password
-                shown = "(none)" if value is None and name == "remote" else mask_secrets(
+                shown = "(none)" if value is None and name == "remote" else mask_url(
                     value or "none")
             label = f"{table.name}.{spec.name}"
             rows.append((label, shown, settings.origin(label)))
