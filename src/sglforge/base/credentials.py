@@ -78,15 +78,13 @@ def ambiguous_userinfo(url: str) -> str | None:
     return None
 
 
-def scrub_environment() -> list[str]:
-    """Drop SECRET_ENV from os.environ (children never inherit them) and make this process
-    non-dumpable (its /proc/<pid>/environ unreadable by same-uid processes). Returns the
-    names dropped."""
-    dropped = [name for name in SECRET_ENV if name in os.environ]
-    for name in dropped:
-        del os.environ[name]
+def scrub_environment() -> dict[str, str]:
+    """Take SECRET_ENV out of os.environ (no child inherits them) and make this process
+    non-dumpable (its /proc/<pid>/environ unreadable by same-uid processes). Returns what was
+    taken, for the settings to read instead of os.environ."""
+    taken = {name: os.environ.pop(name) for name in SECRET_ENV if name in os.environ}
     set_non_dumpable()
-    return dropped
+    return taken
 
 
 def set_non_dumpable() -> bool:

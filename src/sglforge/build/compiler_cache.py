@@ -62,17 +62,15 @@ from __future__ import annotations
 import re
 import shutil
 import socket
-import tempfile
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from sglforge.base.credentials import mask_url, url_syntax_problem
 from sglforge.base.errors import SglforgeError
-from sglforge.build.netbridge import pump  # the same byte pump on both sides of the bridge
+from sglforge.build.cacheproxy import Upstream
 
 KINDS = ("ccache", "sccache", "none")
 REMOTE_SCHEMES = ("redis", "redis+unix", "http")
@@ -200,99 +198,52 @@ def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# reaching the remote from inside the build's network namespace
-
-
-class RemoteForwarder:
-    """A Unix socket whose connections are pumped, byte for byte, to `host:port` (outside the
-    build's network namespace), from `start()` to `close()` (around one compile)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.dir = Path(tempfile.mkdtemp(prefix="sglforge-cc-"))  # short: sun_path is 108 bytes
-        self.path = self.dir / "remote.sock"
-        self._listener: socket.socket | None = None
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.path))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, daemon=True, name="cc-forward").start()
-
-    def close(self) -> None:
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-        with self._lock:
-            for sock in list(self._open):
-                sock.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def _accept(self) -> None:
-        assert self._listener is not None
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=10)
-            upstream.settimeout(None)
-        except OSError:
-            client.close()  # ccache counts a remote_storage_error and compiles on
-            return
-        with self._lock:
-            self._open.update((client, upstream))
-        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
-        pump(client, upstream)
+# reaching the remote: always through sglforge's proxy (build/cacheproxy.py)
 
 
 @dataclass(frozen=True)
 class RemotePlan:
-    """How ccache reaches the remote in one build: the CCACHE_REMOTE_STORAGE value, and what
-    sglforge runs to carry the bytes (a forwarder outside, a bridge inside the namespace)."""
+    """How ccache reaches the remote in one build: the CCACHE_REMOTE_STORAGE value (no
+    credentials: the proxy holds them; "{socket}" is the proxy's socket, filled in once it
+    exists), where the proxy connects, and the port of the HTTP bridge inside the namespace."""
 
     storage: str
-    forward_to: tuple[str, int] | None = None  # RemoteForwarder target
-    bridge_port: int | None = None  # netbridge listens on 127.0.0.1:PORT inside the namespace
+    upstream: Upstream
+    bridge_port: int | None = None  # netbridge listens on 127.0.0.1:PORT (http only)
 
 
-def plan_remote(remote: str, isolated: bool) -> RemotePlan:
+def plan_remote(remote: str) -> RemotePlan:
+    """`remote` (checked by remote_problem) as the proxy's upstream and ccache's local URL."""
     parts = urlsplit(remote)
     scheme = parts.scheme.lower()
-    if scheme in ("redis", "redis+unix") and _userinfo(parts).startswith(":"):
-        # redis://:PASSWORD@ (redis-cli's form) is user "" + PASSWORD to ccache 4.7.5, and
-        # AUTH "" PASSWORD fails (measured: remote_storage_error); ccache's form is PASSWORD@
-        parts = parts._replace(netloc=parts.netloc[1:])
-        remote = parts.geturl()
-    if scheme == "redis+unix" or not isolated:
-        return RemotePlan(remote)
-    host = parts.hostname or ""
+    user, password = _credentials(parts)
+    if scheme == "redis+unix":
+        db = int(parts.query.partition("=")[2] or 0)
+        return RemotePlan("redis+unix:{socket}", Upstream(
+            "redis", unix_path=parts.path, user=user, password=password, db=db))
     if scheme == "redis":
-        # RemoteForwarder.path is only known once started: "{socket}" is filled in then
-        db = parts.path.strip("/") or "0"
-        info = _userinfo(parts)
-        storage = (f"redis+unix://{info}@localhost{{socket}}?db={db}" if info
-                   else f"redis+unix:{{socket}}?db={db}")
-        return RemotePlan(storage, forward_to=(host, parts.port or DEFAULT_REDIS_PORT))
+        return RemotePlan("redis+unix:{socket}", Upstream(
+            "redis", parts.hostname or "", parts.port or DEFAULT_REDIS_PORT, user=user,
+            password=password, db=int(parts.path.strip("/") or 0)))
+    prefix = parts.path.rstrip("/")
     port = _free_port()
-    info = _userinfo(parts)
-    netloc = (f"{info}@" if info else "") + f"127.0.0.1:{port}"
-    storage = parts._replace(netloc=netloc).geturl()
-    return RemotePlan(storage, forward_to=(host, parts.port or 80), bridge_port=port)
+    return RemotePlan(f"http://127.0.0.1:{port}{prefix}", Upstream(
+        "http", parts.hostname or "", parts.port or 80, user=user, password=password,
+        prefix=prefix), bridge_port=port)
 
 
-def _userinfo(parts: SplitResult) -> str:
-    return parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+def _credentials(parts: SplitResult) -> tuple[str | None, str | None]:
+    """(user, password), percent-decoded. A lone Redis userinfo is the password (ccache's
+    `redis://PASSWORD@`); redis-cli's `redis://:PASSWORD@` is no user and that password."""
+    if "@" not in parts.netloc:
+        return None, None
+    info = parts.netloc.rpartition("@")[0]
+    left, colon, right = info.partition(":")
+    if not colon:
+        if parts.scheme.lower().startswith("redis"):
+            return None, unquote(left)
+        return unquote(left), None
+    return (unquote(left) or None), unquote(right)
 
 
 def _free_port() -> int:

@@ -13,10 +13,12 @@ after it); a verb's options and positional names mix in any order
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.credentials import scrub_environment
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
 from sglforge.cli import build, bundle, check, config, patches, publish, smoke, sources  # verbs
@@ -95,6 +97,7 @@ def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
 @dataclass
 class Context:
     args: argparse.Namespace
+    secret_env: dict[str, str] = field(default_factory=dict)  # taken out of os.environ
 
     @property
     def project(self) -> Project:
@@ -104,6 +107,7 @@ class Context:
     def settings(self) -> Settings:
         return load_settings(
             self.args.config,
+            environ={**os.environ, **self.secret_env},
             cache_dir=self.args.cache_dir,
             build_root=self.args.build_root,
             extra_mirrors=self.args.mirror,
@@ -129,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _merge_after_verb(parser.parse_args(argv))
+    # secrets leave the environment before any child starts (base/credentials.py)
+    secret_env = scrub_environment()
     try:
         with signals_as_exceptions():
-            return int(args.func(args, Context(args)) or 0)
+            return int(args.func(args, Context(args, secret_env)) or 0)
     except SglforgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
