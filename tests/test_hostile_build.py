@@ -98,8 +98,10 @@ def resp(*words):
 
 storage = os.environ.get("CCACHE_REMOTE_STORAGE", "").split("|")[0]
 nonce = attack["nonce"]
-if storage.startswith("redis+unix:"):
+if storage.startswith("redis+unix:"):  # redis+unix:PATH or redis+unix://[INFO@]localhost/PATH
     path = storage[len("redis+unix:"):].split("?")[0]
+    if path.startswith("//"):
+        path = "/" + path[2:].rpartition("@")[2].partition("/")[2]
     def unix():
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(path)
@@ -118,7 +120,7 @@ if storage.startswith("redis+unix:"):
                               + resp("SET", "ccache:pipe" + nonce, "x")),
     }
 elif storage.startswith("http://"):
-    hostport = storage[len("http://"):].split("/")[0]
+    hostport = storage[len("http://"):].split("/")[0].rpartition("@")[2]
     prefix = "/" + storage[len("http://"):].partition("/")[2]
     host, port = hostport.rsplit(":", 1)
     tcp = lambda: socket.create_connection((host, int(port)), timeout=5)
@@ -164,10 +166,10 @@ def _hostile_project(tmp_path: Path, attack: dict) -> FixtureProject:
     return project
 
 
-def _run(project: FixtureProject, cache: Path, env: dict[str, str], *extra: str
-         ) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _run(project: FixtureProject, cache: Path, env: dict[str, str], *extra: str,
+         python: str = sys.executable) -> tuple[subprocess.CompletedProcess[str], dict]:
     shutil.rmtree(project.build_root, ignore_errors=True)
-    cmd = [sys.executable, "-m", "sglforge", *project.args(cache=cache), "build",
+    cmd = [python, "-m", "sglforge", *project.args(cache=cache), "build",
            "--no-wheel-cache", "--no-check", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=project.root, env=env)
@@ -237,8 +239,43 @@ def _ccache() -> None:
         pytest.skip("ccache is not installed (.ci/run installs it)")
 
 
-def test_hostile_build_against_redis(tmp_path, webdav_auth):
+def _system_python(tmp_path: Path, project: FixtureProject, env: dict[str, str]) -> str:
+    """An interpreter the build user can reach (this venv's may live under /root, which makes
+    sglforge fall back to root without capabilities): the system Python with sglforge's two
+    pure-Python dependencies copied next to the test, pins rewritten to its setuptools."""
+    import importlib.util
+
+    python = "/usr/bin/python3"
+    probe = subprocess.run([python, "-c", "import sys, setuptools, pip; print("
+                            "f'{sys.version_info[0]}.{sys.version_info[1]}', "
+                            "setuptools.__version__)"], capture_output=True, text=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip("no system Python with setuptools and pip")
+    version, setuptools_version = probe.stdout.split()
+    if version != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        pytest.skip(f"the system Python is {version}")
+    pkgs = tmp_path / "pkgs"
+    for name in ("packaging", "unidiff"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        shutil.copytree(Path(spec.origin).parent, pkgs / name)
+    toolchain = project.root / "lockfiles" / "toolchain.toml"
+    lines = [line if not line.startswith("setuptools =") else
+             f'setuptools = "{setuptools_version}"'
+             for line in toolchain.read_text().splitlines()]
+    toolchain.write_text("\n".join(lines) + "\n")
+    env["PYTHONPATH"] = f"{Path(__file__).parents[1] / 'src'}{os.pathsep}{pkgs}"
+    return python
+
+
+@pytest.mark.parametrize("interpreter", ["this", "system"])
+def test_hostile_build_against_redis(tmp_path, webdav_auth, interpreter):
+    """`system`: as root, with an interpreter the build user can reach, the build runs as
+    the build user (uid 64999): root's files (the config) are out of its reach too."""
     _ccache()
+    if interpreter == "system" and os.geteuid() != 0:
+        pytest.skip("the build user is used only when sglforge runs as root")
     redis = start_redis(tmp_path / "redis", password=SECRET)
     try:
         attack = {"config": str(tmp_path / "config.toml"), "nonce": "n1", "victim": "ccache:victim",
@@ -249,11 +286,14 @@ def test_hostile_build_against_redis(tmp_path, webdav_auth):
             f'[compiler-cache]\nremote = "redis://:{SECRET_URL}@127.0.0.1:{redis.port}/0"\n')
         project.config.chmod(0o600)  # a file with a password in it
         env = _env(webdav_auth.url)
-        first, _ = _run(project, tmp_path / "cache-a", env)  # writable: fills the cache
+        python = _system_python(tmp_path, project, env) if interpreter == "system" else (
+            sys.executable)
+        first, _ = _run(project, tmp_path / "cache-a", env, python=python)  # fills the cache
         assert "1 miss(es)" in _stats(first.stdout), first.stdout
         redis.command("SET", "ccache:victim", "keep")  # (a writable build may delete it)
         keys = _keys(redis)
-        result, report = _run(project, tmp_path / "cache-b", env, "--compiler-cache-read-only")
+        result, report = _run(project, tmp_path / "cache-b", env, "--compiler-cache-read-only",
+                              python=python)
     finally:
         after = _keys(redis)
         stop_redis(redis)
@@ -271,6 +311,9 @@ def test_hostile_build_against_redis(tmp_path, webdav_auth):
     assert not webdav_auth.files()  # nothing reached the wheel cache
     log = (project.build_root / "logs" / "hostile.log").read_text()
     assert "# sglforge cache proxy refused: redis 'SET': the cache is read-only" in log
+    if interpreter == "system":
+        assert "# build user: uid 64999" in log or "# build user: sglforge-build" in log
+        assert report["uid"] != 0 and report["config"].startswith("DENIED")
 
 
 def test_hostile_build_against_http(tmp_path, webdav_auth):

@@ -46,9 +46,11 @@ from pathlib import Path
 USER_NAME = "sglforge-build"
 DEFAULT_ID = 64999
 
-# Drops to uid/gid without setpriv (util-linux): groups cleared, no_new_privs set.
-_DROP = ("import ctypes, os, sys; os.setgroups([]); os.setgid({gid}); os.setuid({uid}); "
-         "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0); os.execvp(sys.argv[1], sys.argv[1:])")
+# Drops to uid/gid without setpriv (util-linux): groups cleared, no_new_privs set. The command
+# is looked up first: after the drop the interpreter's own stdlib may be out of reach.
+_DROP = ("import ctypes, os, shutil, sys; cmd = shutil.which(sys.argv[1]) or sys.argv[1]; "
+         "os.setgroups([]); os.setgid({gid}); os.setuid({uid}); "
+         "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0); os.execv(cmd, sys.argv[1:])")
 
 
 @dataclass(frozen=True)
