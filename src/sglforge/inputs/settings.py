@@ -35,6 +35,7 @@ checked when loaded (`base.remotestore.url_problem`) and shown without credentia
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -321,6 +322,10 @@ def _table_cli_layer(options: Mapping[str, Any], table: SettingsTable) -> dict[s
         value = table.convert[name](raw)
         if isinstance(value, Refused):
             raise SglforgeError(f"{table.cli_flags[name]} {_shown(raw)}: {value}")
+        if isinstance(value, str) and mask_url(value) != value:
+            print(f"warning: {table.cli_flags[name]} carries a password, which every process "
+                  "on this host (the build's too) can read in /proc/<pid>/cmdline: put the URL "
+                  f"in the user config or {key_specs(table.fields)[name].env}", file=sys.stderr)
         layer[name] = value
     return layer
 
