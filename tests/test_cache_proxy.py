@@ -17,7 +17,7 @@ PASSWORD = "pw/with?odd#chars@"
 
 
 @pytest.fixture
-def redis(tmp_path) -> Iterator[RedisServer]:  # noqa: ANN001
+def redis(tmp_path) -> Iterator[RedisServer]:
     server = start_redis(tmp_path / "redis", password=PASSWORD)
     yield server
     stop_redis(server)
@@ -30,7 +30,7 @@ def _resp(*words: bytes) -> bytes:
     return out
 
 
-def _talk(path, payload: bytes) -> bytes:  # noqa: ANN001
+def _talk(path, payload: bytes) -> bytes:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
         sock.connect(str(path))
@@ -42,7 +42,7 @@ def _talk(path, payload: bytes) -> bytes:  # noqa: ANN001
     return data
 
 
-def _proxy(redis: RedisServer, read_only: bool, password: str | None = PASSWORD, db: int = 0):  # noqa: ANN202
+def _proxy(redis: RedisServer, read_only: bool, password: str | None = PASSWORD, db: int = 0):
     from sglforge.build.cacheproxy import CacheProxy, Upstream
 
     proxy = CacheProxy(Upstream("redis", "127.0.0.1", redis.port, password=password, db=db),
@@ -136,7 +136,8 @@ def test_http_paths_methods_and_auth():
             proxy.start()
             try:
                 conn = UnixHTTP(str(proxy.path))  # one kept-alive connection for all
-                def ask(method, path, body=None):  # noqa: ANN001, ANN202
+
+                def ask(method, path, body=None, conn=conn):
                     conn.request(method, path, body=body)
                     response = conn.getresponse()
                     return response.status, response.read()

@@ -210,7 +210,7 @@ def _no_secret_anywhere(project: FixtureProject, result, report: dict) -> None:
     # not root: same uid, sglforge is non-dumpable; its config file is readable (documented)
 
 
-def _keys(redis) -> list[str]:  # noqa: ANN001
+def _keys(redis) -> list[str]:
     """Every key on the server (KEYS * over RESP, outside the proxy)."""
     import socket
 
@@ -246,10 +246,9 @@ def _system_python(tmp_path: Path, project: FixtureProject, env: dict[str, str])
     import importlib.util
 
     python = "/usr/bin/python3"
-    probe = subprocess.run([python, "-c", "import sys, setuptools, pip; print("
-                            "f'{sys.version_info[0]}.{sys.version_info[1]}', "
-                            "setuptools.__version__)"], capture_output=True, text=True,
-                           check=False)
+    code = ("import sys, setuptools, pip; "
+            "print(f'{sys.version_info[0]}.{sys.version_info[1]}', setuptools.__version__)")
+    probe = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         pytest.skip("no system Python with setuptools and pip")
     version, setuptools_version = probe.stdout.split()

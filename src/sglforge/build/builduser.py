@@ -42,7 +42,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-
 USER_NAME = "sglforge-build"
 DEFAULT_ID = 64999
 

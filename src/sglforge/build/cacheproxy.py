@@ -127,7 +127,7 @@ def _resp_command(words: list[bytes]) -> bytes:
     return out
 
 
-def read_command(stream) -> list[bytes] | None:  # noqa: ANN001 - a binary file object
+def read_command(stream) -> list[bytes] | None:
     """One RESP command (an array of bulk strings), None at a clean end of stream."""
     line = stream.readline(64)
     if not line:
@@ -153,7 +153,7 @@ def read_command(stream) -> list[bytes] | None:  # noqa: ANN001 - a binary file 
     return words
 
 
-def read_reply(stream) -> bytes:  # noqa: ANN001
+def read_reply(stream) -> bytes:
     """One whole RESP2 reply, as its bytes (nested arrays included)."""
     line = stream.readline(65536)
     if not line.endswith(b"\r\n") or line[:1] not in b"+-:$*":
@@ -227,7 +227,7 @@ class _RedisHandler(socketserver.StreamRequestHandler):
             except OSError:
                 return
 
-    def _login(self, upstream: socket.socket, replies) -> bool:  # noqa: ANN001
+    def _login(self, upstream: socket.socket, replies) -> bool:
         up = self.owner_proxy.upstream
         steps = []
         if up.password is not None:
@@ -252,7 +252,7 @@ class _HttpHandler(BaseHTTPRequestHandler):
     server_version = "sglforge-cache-proxy"
     _upstream: http.client.HTTPConnection | None = None
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass  # client_address of a Unix socket is '': the base class would fail
 
     def address_string(self) -> str:

@@ -8,31 +8,32 @@ Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
 
 **ccache** wraps nvcc (through the nvcc wrapper, build/environment.py) and CMake's C/C++
 compiles, with `CCACHE_DIR=<cache-dir>/ccache`. A remote (`remote = "redis://…"`,
-`"redis+unix:…"` or `"http://…"`) becomes `CCACHE_REMOTE_STORAGE` (`|read-only` with
-`read-only = true`, for untrusted CI jobs: they read the shared cache, never write it). Checked
-on ccache 4.7.5 (Debian):
+`"redis+unix:…"` or `"http://…"`) is reached only through sglforge's proxy
+(build/cacheproxy.py), which holds the URL's credentials and enforces read-only per protocol;
+ccache gets `CCACHE_REMOTE_STORAGE` naming the proxy, without credentials (`|read-only` added
+with `read-only = true`, so ccache does not even try to write). Checked on ccache 4.7.5
+(Debian):
 
 - the remote is checked before any work: one URL, no whitespace and no `|` (ccache separates
-  backends with spaces and attributes with `|`, so such a value could add a backend or
-  `read-only=false`); `https://` is refused because ccache has no HTTPS client ("HTTPS is not
-  supported", its manual; a build with it fails with "unknown remote storage URL");
+  backends with spaces and attributes with `|`); `https://` is refused because ccache has no
+  HTTPS client ("HTTPS is not supported", its manual; a build with it fails with "unknown
+  remote storage URL"); an '@' after the host is refused (base/credentials.py);
 - entries are namespaced per toolchain: `CCACHE_NAMESPACE=sglforge-<digest>` (ccache 4.7's
   `namespace` option, hashed into every key) over nvcc's and the host compiler's `--version`
   and the platform, so hosts with another nvcc never share entries, while building another
   set of recipes (which changes the full fingerprint's build requirements) still hits;
-- builds run in a network namespace (`unshare -n`) where even loopback is down, so ccache
-  cannot reach a TCP remote from inside. sglforge forwards instead, from outside the namespace:
-  `redis://` becomes `redis+unix:<socket>` (filesystem sockets cross network namespaces) with a
-  byte pump from that socket to the Redis host (`RemoteForwarder`); for `http://`, a bridge
-  inside the namespace (build/netbridge.py) brings loopback up and pumps a local port into the
-  same kind of socket (ccache then sends `Host: 127.0.0.1:PORT`: a server that routes by
-  virtual host needs a default route for the cache). Without a network namespace ccache
-  connects directly;
+- builds run in a network namespace (`unshare -n`) where even loopback is down. The proxy
+  listens on a filesystem Unix socket (those cross network namespaces): Redis becomes
+  `redis+unix:<socket>`; for HTTP, a bridge inside the namespace (build/netbridge.py) brings
+  loopback up and carries a local port into the socket (ccache then sends `Host:
+  127.0.0.1:PORT`; the proxy sends the configured host). Without a network namespace the
+  same proxy is used;
 - statistics per build: `CCACHE_STATSLOG` in the wheel's work dir, parsed after the compile
   into local hits, remote hits, misses, uncacheable calls and remote errors (`CacheStats`),
   printed after the compile and in the build summary;
 - the URL's password (`redis://:PASSWORD@…`, `http://user:PASSWORD@…`) is masked wherever
-  sglforge prints or logs it (`mask_secrets`; the build log's `# env` lines included).
+  sglforge prints it (`base.credentials.mask_url`); it never reaches the build's environment,
+  so the build log's `# env` lines cannot hold it.
 
 ccache output is byte-identical to plain nvcc's (the CUDA tests compare sha256), so the wheel
 and its provenance do not depend on the cache.

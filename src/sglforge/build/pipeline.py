@@ -456,9 +456,11 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     isolation = environment.network_isolation()
     cache = ctx.options.compiler_cache
     stats_log = work / "ccache-stats.log" if cache and cache.kind == "ccache" else None
-    ccache_dir = ctx.settings.cache_dir / "ccache"
-    owned = (root.src(recipe.upstream), work, root.home, root.tmp)  # the build writes these
-    user = build_user([*owned, ccache_dir])
+    # the build writes these (and the compiler cache's directory); it must reach the rest
+    owned = (root.src(recipe.upstream), work, root.home, root.tmp)
+    cache_tool_dir = ctx.settings.cache_dir / (cache.kind if cache else "ccache")
+    wheelhouse = [ctx.options.wheelhouse / "x"] if ctx.options.wheelhouse else []
+    user = build_user([*owned, cache_tool_dir, *wheelhouse])
     proxy, storage, bridge = None, None, []
     if cache and cache.kind == "ccache" and cache.remote:
         # the build's ccache talks to sglforge's proxy, which holds the credentials and
@@ -502,10 +504,10 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
         handle.write(compiler_cache.mask_env_lines(env).encode())  # defence in depth
     if user is not None and user.caps_only:
         _warn_once(f"builds run as {user.name}")
-    if user is not None and cache and cache.kind == "ccache":
-        ccache_dir.mkdir(parents=True, exist_ok=True)
-        if ccache_dir.stat().st_uid != user.uid:
-            user.hand_over([ccache_dir])
+    if user is not None and cache is not None:
+        cache_tool_dir.mkdir(parents=True, exist_ok=True)
+        if cache_tool_dir.stat().st_uid != user.uid:
+            user.hand_over([cache_tool_dir])
     # the bridge brings loopback up inside the namespace (needs root there); the build
     # itself runs as the build user (build/builduser.py)
     drop = user.prefix() if user is not None else []
