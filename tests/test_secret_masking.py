@@ -125,3 +125,15 @@ def test_config_verb_and_its_errors_show_no_password(tmp_path: Path) -> None:
                                     check=False)
             assert "Traceback" not in result.stderr
             assert not _leaks(result.stdout + result.stderr), (url, result)
+
+
+def test_a_password_on_the_command_line_is_warned_about(capsys) -> None:
+    """/proc/<pid>/cmdline is world-readable: the build could read a CLI password there."""
+    from sglforge.inputs.settings import load_settings
+
+    load_settings(environ={}, compiler_cache={"remote": f"redis://:{HEAD}@h:1/0"})
+    err = capsys.readouterr().err
+    assert "--compiler-cache-remote carries a password" in err and "/proc/<pid>/cmdline" in err
+    assert not _leaks(err)
+    load_settings(environ={}, compiler_cache={"remote": "redis://h:1/0"})
+    assert capsys.readouterr().err == ""
