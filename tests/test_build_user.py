@@ -122,3 +122,21 @@ def test_build_user_is_chosen_only_as_root_and_reachability_decides(tmp_path):
     fallback = builduser.build_user([hidden / "root" / "work"])
     assert fallback is not None and fallback.caps_only and fallback.uid == 0
     assert str(hidden) in fallback.name
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the build user is used only as root")
+def test_capability_less_root_gets_back_a_cache_dir_the_build_user_filled(tmp_path):
+    """Root without CAP_DAC_OVERRIDE cannot write into a directory uid 64999 owns."""
+    from sglforge.build.builduser import BuildUser
+
+    cache = tmp_path / "ccache"
+    (cache / "a").mkdir(parents=True)
+    user, caps = BuildUser(64999, 64999, "test"), BuildUser(0, 0, "caps", caps_only=True)
+    user.hand_over([cache])
+    assert (cache / "a").stat().st_uid == 64999
+    blocked = subprocess.run([*caps.prefix(), "touch", str(cache / "a" / "x")],
+                             capture_output=True, check=False)
+    assert blocked.returncode != 0  # why the hand-over below is needed
+    caps.hand_over([cache])
+    assert (cache / "a").stat().st_uid == 0
+    subprocess.run([*caps.prefix(), "touch", str(cache / "a" / "x")], check=True)

@@ -71,10 +71,13 @@ class BuildUser:
         return [sys.executable, "-I", "-c", _DROP.format(uid=self.uid, gid=self.gid)]
 
     def hand_over(self, paths: Iterable[Path]) -> None:
-        """`paths` (trees) now belong to the build user."""
-        if not self.caps_only:
-            for path in paths:
-                _chown_tree(path, self.uid, self.gid)
+        """`paths` (trees) now belong to the build user. Capability-less root cannot write
+        what another uid owns (no CAP_DAC_OVERRIDE): a ccache directory an earlier build
+        user filled comes back to root."""
+        for path in paths:
+            if self.caps_only and (not path.exists() or path.stat().st_uid == 0):
+                continue
+            _chown_tree(path, self.uid, self.gid)
 
     def take_back(self, paths: Iterable[Path]) -> None:
         """`paths` belong to root again (links are not followed: a build may plant them)."""
