@@ -137,3 +137,22 @@ def test_a_password_on_the_command_line_is_warned_about(capsys) -> None:
     assert not _leaks(err)
     load_settings(environ={}, compiler_cache={"remote": "redis://h:1/0"})
     assert capsys.readouterr().err == ""
+
+
+def test_mirror_credentials_are_masked_in_config_and_errors(tmp_path: Path) -> None:
+    """A private git mirror with a token: `sglforge config` lists it masked, and a refused
+    one (a bad port: the parser used to quote it) names it masked."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.inputs.settings import describe_settings, load_settings
+
+    good = f"https://ci:{HEAD}x{TAIL}@git.internal/mirror/"
+    loaded = load_settings(environ={}, extra_mirrors=[f"https://github.com/={good}"])
+    shown = describe_settings(loaded)
+    assert "https://ci:***@git.internal/mirror/" in shown and not _leaks(shown)
+    for bad in (f"https://ci:{HEAD}/{TAIL}@git.internal/", f"https://u:{HEAD}{TAIL}@h:x/"):
+        try:
+            load_settings(environ={}, extra_mirrors=[f"https://github.com/={bad}"])
+        except SglforgeError as exc:
+            assert not _leaks(str(exc)), str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")

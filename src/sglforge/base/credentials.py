@@ -53,7 +53,7 @@ def mask_url(text: str) -> str:
     return text[:start] + shown + text[end:]
 
 
-def url_syntax_problem(url: str) -> str | None:
+def url_parse_problem(url: str) -> str | None:
     """Why urllib cannot parse `url` into host and port, in sglforge's words (never the
     parser's message, which may quote the password), or None."""
     try:
@@ -62,7 +62,12 @@ def url_syntax_problem(url: str) -> str | None:
     except ValueError:
         return ("is not a valid URL (its host or port cannot be parsed; percent-encode "
                 "'@', ':', '/', '?', '#' and spaces in the user name and password)")
-    return ambiguous_userinfo(url)
+    return None
+
+
+def url_syntax_problem(url: str) -> str | None:
+    """url_parse_problem, and an '@' after the host (for URLs that carry credentials)."""
+    return url_parse_problem(url) or ambiguous_userinfo(url)
 
 
 def ambiguous_userinfo(url: str) -> str | None:

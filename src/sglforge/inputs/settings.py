@@ -160,16 +160,17 @@ def mirror_problem(upstream: str, mirror: str) -> str | None:
     problem = check_url(mirror)
     if problem is None and "=" in mirror:
         problem = "contains '=' (cannot be passed to git's url.<mirror>.insteadOf)"
-    return None if problem is None else f"mirror target {mirror!r} {problem}"
+    return None if problem is None else f"mirror target {mask_url(mirror)!r} {problem}"
 
 
 def parse_mirror_option(text: str) -> Mirror:
     upstream, sep, mirror = text.partition("=")
     if not sep or not upstream or not mirror:
-        raise SglforgeError(f"--mirror {text!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
+        raise SglforgeError(
+            f"--mirror {mask_url(text)!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
     problem = mirror_problem(upstream, mirror)
     if problem is not None:
-        raise SglforgeError(f"--mirror {text!r}: {problem}")
+        raise SglforgeError(f"--mirror {mask_url(text)!r}: {problem}")
     return Mirror(upstream, mirror)
 
 
@@ -365,7 +366,7 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
         if problem is not None:
             line = _mirror_line(text, upstream)
             at = f" (line {line})" if line else ""
-            problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
+            problems.add(f"[mirrors], key {mask_url(upstream)!r}{at}: {problem}")
             continue
         mirrors.append(Mirror(upstream, mirror))
     tables = {t.name: _table_file_layer(reader, text, t) for t in (COMPILER_CACHE, WHEEL_CACHE)}
@@ -499,7 +500,8 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]
     lines.append("mirrors:" if settings.mirrors else "mirrors: (none)")
     for m in settings.mirrors:
-        lines.append(f"  {m.upstream} -> {m.mirror}   ({settings.origin('mirror ' + m.upstream)})")
+        lines.append(f"  {mask_url(m.upstream)} -> {mask_url(m.mirror)}   "
+                     f"({settings.origin('mirror ' + m.upstream)})")
     return "\n".join(lines)
 
 
