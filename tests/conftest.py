@@ -53,7 +53,6 @@ def _tmp_path_searchable_by_the_build_user(request):  # noqa: ANN001, ANN202
             mode = directory.stat().st_mode
             if not mode & 0o001:
                 directory.chmod(mode | 0o001)
-    return
 
 
 @pytest.fixture

@@ -550,7 +550,7 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
     job.built = built[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_once(message: str) -> None:
     print(f"    warning: {message}", flush=True)
 
@@ -559,8 +559,8 @@ def _log_refusals(log: Path, refused: list[str]) -> None:
     """What the cache proxy refused, at the end of the build's log (its own words only)."""
     if refused:
         with open(log, "ab") as handle:
-            for line in refused[:50]:
-                handle.write(f"# sglforge cache proxy refused: {line}\n".encode())
+            handle.write("".join(f"# sglforge cache proxy refused: {line}\n"
+                                 for line in refused[:50]).encode())
 
 
 def _postprocess(ctx: _Context, job: _WheelJob) -> None:
