@@ -519,11 +519,11 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
     recipe, prepared = job.recipe, job.prepared
     assert prepared is not None
     run = _configure(ctx, job)
-    if run.user is not None:
-        run.user.hand_over(run.owned)
-    if run.proxy is not None:
-        run.proxy.start()
     try:
+        if run.user is not None:
+            run.user.hand_over(run.owned)
+        if run.proxy is not None:
+            run.proxy.start()
         rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
                         log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
     finally:
