@@ -92,7 +92,9 @@ def test_remote_hits_across_cache_dirs_with_the_wheel_of_a_no_cache_build(tmp_pa
     assert "remote hit(s)" in summary
 
     log = (project.build_root / "logs" / "cudaext.log").read_text()
-    assert "# env CCACHE_REMOTE_STORAGE=redis+unix://***@localhost" in log
+    # ccache talks to sglforge's proxy: no credential in its URL (build/cacheproxy.py)
+    assert "# env CCACHE_REMOTE_STORAGE=redis+unix:/" in log
+    assert not [line for line in log.splitlines() if line.startswith("# env") and "***" in line]
     assert "# env CCACHE_NAMESPACE=sglforge-" in log
     for result in runs:
         assert SECRET not in result.stdout + result.stderr
@@ -130,7 +132,7 @@ def test_http_remote_through_the_namespace_bridge(tmp_path):
     assert _count(lines[0], "miss") >= 3, lines[0]
     assert _count(lines[1], "remote hit") >= 3 and _count(lines[1], "local hit") == 0, lines[1]
     log = (project.build_root / "logs" / "cudaext.log").read_text()
-    assert SECRET not in log and "# env CCACHE_REMOTE_STORAGE=http://ci:***@127.0.0.1:" in log
+    assert SECRET not in log and "# env CCACHE_REMOTE_STORAGE=http://127.0.0.1:" in log
 
 
 @pytest.mark.cuda
@@ -273,21 +275,27 @@ def test_unknown_cache_key_has_a_did_you_mean(tmp_path):
 
 
 def test_mask_secrets_and_remote_plans():
-    from sglforge.build.compiler_cache import mask_secrets, plan_remote
+    from sglforge.base.credentials import mask_url
+    from sglforge.build.compiler_cache import plan_remote
 
-    assert mask_secrets("x redis://pw@h:1/0 http://u:p@h/c") == (
-        "x redis://***@h:1/0 http://u:***@h/c")
-    assert mask_secrets("redis://:pa/ss|x@h") == "redis://:***@h"  # malformed: still masked
-    plan = plan_remote("redis://:pw@cache.internal:7000/3", isolated=True)
-    assert plan.forward_to == ("cache.internal", 7000)
-    assert plan.storage == "redis+unix://pw@localhost{socket}?db=3"  # ccache's password form
-    assert plan_remote("redis://h", isolated=False).storage == "redis://h"
-    assert plan_remote("redis://:pw@h", isolated=False).storage == "redis://pw@h"
-    assert plan_remote("redis+unix://:pw@localhost/r.sock", isolated=True).storage == (
-        "redis+unix://pw@localhost/r.sock")
-    http = plan_remote("http://u:p@cache.internal/ccache", isolated=True)
-    assert http.forward_to == ("cache.internal", 80) and http.bridge_port
-    assert http.storage == f"http://u:p@127.0.0.1:{http.bridge_port}/ccache"
+    assert mask_url("redis://pw@h:1/0") == "redis://***@h:1/0"
+    assert mask_url("http://u:p@h/c") == "http://u:***@h/c"
+    assert mask_url("redis://:pa/ss|x@h") == "redis://:***@h"  # malformed: still masked
+    assert mask_url("redis://:p@ss w@h") == "redis://:***@h"  # to the last '@', spaces too
+    # every remote goes through the proxy: ccache's URL holds no credential
+    plan = plan_remote("redis://:pw@cache.internal:7000/3")
+    assert (plan.upstream.host, plan.upstream.port, plan.upstream.db) == ("cache.internal",
+                                                                          7000, 3)
+    assert (plan.upstream.user, plan.upstream.password) == (None, "pw")
+    assert plan.storage == "redis+unix:{socket}" and "pw" not in repr(plan)
+    assert plan_remote("redis://pw@h").upstream.password == "pw"  # ccache's form
+    assert plan_remote("redis://u:p%40ss@h").upstream.password == "p@ss"  # percent-decoded
+    unix = plan_remote("redis+unix://:pw@localhost/r.sock?db=2").upstream
+    assert (unix.unix_path, unix.password, unix.db) == ("/r.sock", "pw", 2)
+    http = plan_remote("http://u:p@cache.internal/ccache/")
+    assert (http.upstream.host, http.upstream.port, http.upstream.prefix) == (
+        "cache.internal", 80, "/ccache")
+    assert http.storage == f"http://127.0.0.1:{http.bridge_port}/ccache"
 
 
 def test_namespace_and_stats_log():

@@ -17,6 +17,7 @@ import subprocess
 import urllib.parse
 from pathlib import Path
 
+from sglforge.base.credentials import url_parse_problem
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import terminate_sessions
 
@@ -68,11 +69,10 @@ def check_url(url: str) -> str | None:
         if scheme not in ALLOWED_SCHEMES:
             return (f"scheme '{scheme}://' is not allowed "
                     f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)})")
-        try:
-            parts = urllib.parse.urlsplit(url)
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError as exc:
-            return f"is not a valid URL ({exc})"
+        problem = url_parse_problem(url)  # never the parser's text: it quotes a password
+        if problem is not None:
+            return problem
+        parts = urllib.parse.urlsplit(url)
         host, user = parts.hostname or "", parts.username or ""
         if scheme == "file":
             if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):

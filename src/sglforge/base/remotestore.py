@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
+from sglforge.base.credentials import mask_url, url_syntax_problem
 from sglforge.base.errors import SglforgeError
 
 DEFAULT_TIMEOUT = 60.0  # one socket operation (connect, one read)
@@ -137,11 +138,11 @@ def url_problem(url: str) -> str | None:
     """Why `url` cannot be a remote store (None: it can). Never repeats credentials."""
     if _CONTROL.search(url) or " " in url:
         return "contains spaces or control characters"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        return f"is not a valid URL ({exc})"
+    problem = url_syntax_problem(url)  # never the parser's message: it quotes the password
+    if problem is not None:
+        return problem
+    parts = urlsplit(url)
+    port = parts.port
     if parts.scheme not in ("http", "https"):
         shown = f"'{parts.scheme}'" if parts.scheme else "none"
         return f"scheme must be http or https, got {shown}"
@@ -156,6 +157,8 @@ def url_problem(url: str) -> str | None:
 
 def redact(url: str) -> str:
     """`url` without userinfo (what errors and logs show)."""
+    if url_syntax_problem(url) is not None:  # where its password ends is not certain
+        return mask_url(url)
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""

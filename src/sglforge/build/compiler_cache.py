@@ -8,31 +8,32 @@ Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
 
 **ccache** wraps nvcc (through the nvcc wrapper, build/environment.py) and CMake's C/C++
 compiles, with `CCACHE_DIR=<cache-dir>/ccache`. A remote (`remote = "redis://…"`,
-`"redis+unix:…"` or `"http://…"`) becomes `CCACHE_REMOTE_STORAGE` (`|read-only` with
-`read-only = true`, for untrusted CI jobs: they read the shared cache, never write it). Checked
-on ccache 4.7.5 (Debian):
+`"redis+unix:…"` or `"http://…"`) is reached only through sglforge's proxy
+(build/cacheproxy.py), which holds the URL's credentials and enforces read-only per protocol;
+ccache gets `CCACHE_REMOTE_STORAGE` naming the proxy, without credentials (`|read-only` added
+with `read-only = true`, so ccache does not even try to write). Checked on ccache 4.7.5
+(Debian):
 
 - the remote is checked before any work: one URL, no whitespace and no `|` (ccache separates
-  backends with spaces and attributes with `|`, so such a value could add a backend or
-  `read-only=false`); `https://` is refused because ccache has no HTTPS client ("HTTPS is not
-  supported", its manual; a build with it fails with "unknown remote storage URL");
+  backends with spaces and attributes with `|`); `https://` is refused because ccache has no
+  HTTPS client ("HTTPS is not supported", its manual; a build with it fails with "unknown
+  remote storage URL"); an '@' after the host is refused (base/credentials.py);
 - entries are namespaced per toolchain: `CCACHE_NAMESPACE=sglforge-<digest>` (ccache 4.7's
   `namespace` option, hashed into every key) over nvcc's and the host compiler's `--version`
   and the platform, so hosts with another nvcc never share entries, while building another
   set of recipes (which changes the full fingerprint's build requirements) still hits;
-- builds run in a network namespace (`unshare -n`) where even loopback is down, so ccache
-  cannot reach a TCP remote from inside. sglforge forwards instead, from outside the namespace:
-  `redis://` becomes `redis+unix:<socket>` (filesystem sockets cross network namespaces) with a
-  byte pump from that socket to the Redis host (`RemoteForwarder`); for `http://`, a bridge
-  inside the namespace (build/netbridge.py) brings loopback up and pumps a local port into the
-  same kind of socket (ccache then sends `Host: 127.0.0.1:PORT`: a server that routes by
-  virtual host needs a default route for the cache). Without a network namespace ccache
-  connects directly;
+- builds run in a network namespace (`unshare -n`) where even loopback is down. The proxy
+  listens on a filesystem Unix socket (those cross network namespaces): Redis becomes
+  `redis+unix:<socket>`; for HTTP, a bridge inside the namespace (build/netbridge.py) brings
+  loopback up and carries a local port into the socket (ccache then sends `Host:
+  127.0.0.1:PORT`; the proxy sends the configured host). Without a network namespace the
+  same proxy is used;
 - statistics per build: `CCACHE_STATSLOG` in the wheel's work dir, parsed after the compile
   into local hits, remote hits, misses, uncacheable calls and remote errors (`CacheStats`),
   printed after the compile and in the build summary;
 - the URL's password (`redis://:PASSWORD@…`, `http://user:PASSWORD@…`) is masked wherever
-  sglforge prints or logs it (`mask_secrets`; the build log's `# env` lines included).
+  sglforge prints it (`base.credentials.mask_url`); it never reaches the build's environment,
+  so the build log's `# env` lines cannot hold it.
 
 ccache output is byte-identical to plain nvcc's (the CUDA tests compare sha256), so the wheel
 and its provenance do not depend on the cache.
@@ -62,16 +63,15 @@ from __future__ import annotations
 import re
 import shutil
 import socket
-import tempfile
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
+from sglforge.base.credentials import mask_url, url_syntax_problem
 from sglforge.base.errors import SglforgeError
-from sglforge.build.netbridge import pump  # the same byte pump on both sides of the bridge
+from sglforge.build.cacheproxy import Upstream
 
 KINDS = ("ccache", "sccache", "none")
 REMOTE_SCHEMES = ("redis", "redis+unix", "http")
@@ -80,20 +80,6 @@ DEFAULT_REDIS_PORT = 6379
 
 # ---------------------------------------------------------------------------------------------
 # the remote URL: checked, masked
-
-
-# Up to the first '@' after `scheme://`, whatever it holds ('/', ':', '|'): a malformed URL
-# (refused) must be masked as well as a good one; masking too much is harmless.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^@\s]*)@")
-
-
-def mask_secrets(text: str) -> str:
-    """`scheme://user:SECRET@` -> `scheme://user:***@`, `scheme://SECRET@` -> `scheme://***@`
-    (a Redis URL's lone userinfo is its password), everywhere in `text`."""
-    def mask(match: re.Match[str]) -> str:
-        user, colon, _ = match.group("info").partition(":")
-        return match.group("scheme") + (f"{user}:***@" if colon else "***@")
-    return _USERINFO.sub(mask, text)
 
 
 def remote_problem(url: str) -> str | None:
@@ -107,11 +93,11 @@ def remote_problem(url: str) -> str | None:
     if "|" in url:
         return ("contains '|' (ccache reads what follows as backend attributes; use "
                 "read-only = true for read-only)")
-    try:
-        parts = urlsplit(url)
-        port = parts.port if parts.scheme in ("redis", "http", "https") else None
-    except ValueError as exc:
-        return f"is not a URL ({exc})"
+    problem = url_syntax_problem(url)  # never the parser's message: it quotes the password
+    if problem is not None:
+        return problem
+    parts = urlsplit(url)
+    port = parts.port if parts.scheme in ("redis", "http", "https") else None
     scheme = parts.scheme.lower()
     if scheme == "https":
         return ("https:// is not supported by ccache (its manual: 'HTTPS is not supported'); "
@@ -146,7 +132,7 @@ def check_remote(url: str, where: str) -> str:
     """`url` if it is a usable remote, else an SglforgeError naming `where` (masked URL)."""
     problem = remote_problem(url)
     if problem is not None:
-        raise SglforgeError(f"{where} {mask_secrets(url)!r}: {problem}")
+        raise SglforgeError(f"{where} {mask_url(url)!r}: {problem}")
     return url
 
 
@@ -160,11 +146,15 @@ class CompilerCache:
     remote: str | None = None  # checked by remote_problem
     read_only: bool = False
 
+    def __repr__(self) -> str:  # the remote may hold a password
+        remote = None if self.remote is None else mask_url(self.remote)
+        return f"CompilerCache({self.kind!r}, {remote!r}, read_only={self.read_only})"
+
     def describe(self) -> str:
         if self.remote is None:
             return self.kind
         mode = ", read-only" if self.read_only else ""
-        return f"{self.kind} + remote {mask_secrets(self.remote)}{mode}"
+        return f"{self.kind} + remote {mask_url(self.remote)}{mode}"
 
 
 def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCache | None:
@@ -209,99 +199,52 @@ def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# reaching the remote from inside the build's network namespace
-
-
-class RemoteForwarder:
-    """A Unix socket whose connections are pumped, byte for byte, to `host:port` (outside the
-    build's network namespace), from `start()` to `close()` (around one compile)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.dir = Path(tempfile.mkdtemp(prefix="sglforge-cc-"))  # short: sun_path is 108 bytes
-        self.path = self.dir / "remote.sock"
-        self._listener: socket.socket | None = None
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.path))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, daemon=True, name="cc-forward").start()
-
-    def close(self) -> None:
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-        with self._lock:
-            for sock in list(self._open):
-                sock.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def _accept(self) -> None:
-        assert self._listener is not None
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
-
-    def _connect(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=10)
-            upstream.settimeout(None)
-        except OSError:
-            client.close()  # ccache counts a remote_storage_error and compiles on
-            return
-        with self._lock:
-            self._open.update((client, upstream))
-        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
-        pump(client, upstream)
+# reaching the remote: always through sglforge's proxy (build/cacheproxy.py)
 
 
 @dataclass(frozen=True)
 class RemotePlan:
-    """How ccache reaches the remote in one build: the CCACHE_REMOTE_STORAGE value, and what
-    sglforge runs to carry the bytes (a forwarder outside, a bridge inside the namespace)."""
+    """How ccache reaches the remote in one build: the CCACHE_REMOTE_STORAGE value (no
+    credentials: the proxy holds them; "{socket}" is the proxy's socket, filled in once it
+    exists), where the proxy connects, and the port of the HTTP bridge inside the namespace."""
 
     storage: str
-    forward_to: tuple[str, int] | None = None  # RemoteForwarder target
-    bridge_port: int | None = None  # netbridge listens on 127.0.0.1:PORT inside the namespace
+    upstream: Upstream
+    bridge_port: int | None = None  # netbridge listens on 127.0.0.1:PORT (http only)
 
 
-def plan_remote(remote: str, isolated: bool) -> RemotePlan:
+def plan_remote(remote: str) -> RemotePlan:
+    """`remote` (checked by remote_problem) as the proxy's upstream and ccache's local URL."""
     parts = urlsplit(remote)
     scheme = parts.scheme.lower()
-    if scheme in ("redis", "redis+unix") and _userinfo(parts).startswith(":"):
-        # redis://:PASSWORD@ (redis-cli's form) is user "" + PASSWORD to ccache 4.7.5, and
-        # AUTH "" PASSWORD fails (measured: remote_storage_error); ccache's form is PASSWORD@
-        parts = parts._replace(netloc=parts.netloc[1:])
-        remote = parts.geturl()
-    if scheme == "redis+unix" or not isolated:
-        return RemotePlan(remote)
-    host = parts.hostname or ""
+    user, password = _credentials(parts)
+    if scheme == "redis+unix":
+        db = int(parts.query.partition("=")[2] or 0)
+        return RemotePlan("redis+unix:{socket}", Upstream(
+            "redis", unix_path=parts.path, user=user, password=password, db=db))
     if scheme == "redis":
-        # RemoteForwarder.path is only known once started: "{socket}" is filled in then
-        db = parts.path.strip("/") or "0"
-        info = _userinfo(parts)
-        storage = (f"redis+unix://{info}@localhost{{socket}}?db={db}" if info
-                   else f"redis+unix:{{socket}}?db={db}")
-        return RemotePlan(storage, forward_to=(host, parts.port or DEFAULT_REDIS_PORT))
+        return RemotePlan("redis+unix:{socket}", Upstream(
+            "redis", parts.hostname or "", parts.port or DEFAULT_REDIS_PORT, user=user,
+            password=password, db=int(parts.path.strip("/") or 0)))
+    prefix = parts.path.rstrip("/")
     port = _free_port()
-    info = _userinfo(parts)
-    netloc = (f"{info}@" if info else "") + f"127.0.0.1:{port}"
-    storage = parts._replace(netloc=netloc).geturl()
-    return RemotePlan(storage, forward_to=(host, parts.port or 80), bridge_port=port)
+    return RemotePlan(f"http://127.0.0.1:{port}{prefix}", Upstream(
+        "http", parts.hostname or "", parts.port or 80, user=user, password=password,
+        prefix=prefix), bridge_port=port)
 
 
-def _userinfo(parts: SplitResult) -> str:
-    return parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+def _credentials(parts: SplitResult) -> tuple[str | None, str | None]:
+    """(user, password), percent-decoded. A lone Redis userinfo is the password (ccache's
+    `redis://PASSWORD@`); redis-cli's `redis://:PASSWORD@` is no user and that password."""
+    if "@" not in parts.netloc:
+        return None, None
+    info = parts.netloc.rpartition("@")[0]
+    left, colon, right = info.partition(":")
+    if not colon:
+        if parts.scheme.lower().startswith("redis"):
+            return None, unquote(left)
+        return unquote(left), None
+    return (unquote(left) or None), unquote(right)
 
 
 def _free_port() -> int:
@@ -394,4 +337,4 @@ class CacheStats:
 
 def mask_env_lines(env: Mapping[str, str]) -> str:
     """The build log's `# env K=V` header, secrets masked."""
-    return "".join(f"# env {k}={mask_secrets(env[k])}\n" for k in sorted(env))
+    return "".join(f"# env {k}={mask_url(env[k])}\n" for k in sorted(env))

@@ -4,9 +4,10 @@ CMD…`).
 
 A fresh network namespace (`unshare -n`) has only a loopback interface, and it is down. ccache's
 HTTP client needs TCP, so this brings loopback up, listens on 127.0.0.1:PORT and connects each
-client to SOCKET, a filesystem Unix socket that the sglforge process outside the namespace pumps
-on to the remote cache (build/compiler_cache.py, RemoteForwarder). Nothing else can leave the
-namespace. The command runs as a child in the same session, so interrupting the build stops
+client to SOCKET, a filesystem Unix socket served by sglforge's cache proxy outside the namespace
+(build/cacheproxy.py), which authenticates and enforces read-only; the bridge itself only
+carries bytes and holds no credential. Nothing else can leave the namespace. As root it runs
+before the drop to the build user (bringing loopback up needs CAP_NET_ADMIN in the namespace). The command runs as a child in the same session, so interrupting the build stops
 both; the exit status is the command's.
 """
 
@@ -29,6 +30,8 @@ def loopback_up() -> None:
 
 
 def pump(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from source to sink until source's end, which is passed on as a half-close
+    (a client may shut down its sending side and still read the answer)."""
     try:
         while True:
             data = source.recv(65536)
@@ -38,11 +41,20 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def carry(client: socket.socket, upstream: socket.socket) -> None:
+    """Both directions of one connection; both sockets closed when both are done."""
+    back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    back.start()
+    pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
 
 
 def serve(listener: socket.socket, path: str) -> None:
@@ -54,8 +66,7 @@ def serve(listener: socket.socket, path: str) -> None:
         except OSError:
             client.close()
             continue
-        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
-        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=carry, args=(client, upstream), daemon=True).start()
 
 
 def main(argv: list) -> int:

@@ -46,6 +46,8 @@ from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
 from sglforge.build import compiler_cache, environment, prefixmap
+from sglforge.build.builduser import BuildUser, build_user
+from sglforge.build.cacheproxy import CacheProxy
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
@@ -458,13 +460,15 @@ def _prepare(ctx: _Context, job: _WheelJob) -> None:
 
 @dataclass(frozen=True)
 class _Invocation:
-    cmd: list[str]  # the frontend command (without the network isolation prefix)
-    isolation: list[str]
+    cmd: list[str]  # the frontend command (without the prefixes below)
+    isolation: list[str]  # network namespace, HTTP bridge, drop to the build user
     env: dict[str, str]
     dist: Path  # where the backend writes the wheel
     log: Path
     stats_log: Path | None = None  # ccache's CCACHE_STATSLOG of this build
-    forwarder: compiler_cache.RemoteForwarder | None = None  # started around the compile
+    proxy: CacheProxy | None = None  # the remote cache's proxy, started around the compile
+    user: BuildUser | None = None  # root: the build runs as this unprivileged user
+    owned: tuple[Path, ...] = ()  # what the build user owns while it runs (given back after)
 
 
 def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
@@ -499,17 +503,22 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     isolation = environment.network_isolation()
     cache = ctx.options.compiler_cache
     stats_log = work / "ccache-stats.log" if cache and cache.kind == "ccache" else None
-    forwarder, storage, bridge = None, None, []
+    # the build writes these (and the compiler cache's directory); it must reach the rest
+    owned = (root.src(recipe.upstream), work, root.home, root.tmp)
+    cache_tool_dir = ctx.settings.cache_dir / (cache.kind if cache else "ccache")
+    wheelhouse = [ctx.options.wheelhouse / "x"] if ctx.options.wheelhouse else []
+    user = build_user([*owned, cache_tool_dir, *wheelhouse])
+    proxy, storage, bridge = None, None, []
     if cache and cache.kind == "ccache" and cache.remote:
-        remote = compiler_cache.plan_remote(cache.remote, isolated=bool(isolation))
-        storage = remote.storage
-        if remote.forward_to is not None:
-            forwarder = compiler_cache.RemoteForwarder(*remote.forward_to)
-            storage = storage.replace("{socket}", str(forwarder.path))
+        # the build's ccache talks to sglforge's proxy, which holds the credentials and
+        # enforces read-only (build/cacheproxy.py); no credential enters `env`
+        remote = compiler_cache.plan_remote(cache.remote)
+        proxy = CacheProxy(remote.upstream, read_only=cache.read_only,
+                           owner=user.uid if user else None)
+        storage = remote.storage.replace("{socket}", str(proxy.path))
         if remote.bridge_port is not None:
-            assert forwarder is not None
             bridge = [sys.executable, "-I", str(Path(environment.__file__).with_name(
-                "netbridge.py")), str(remote.bridge_port), str(forwarder.path), "--"]
+                "netbridge.py")), str(remote.bridge_port), str(proxy.path), "--"]
     ns = compiler_cache.namespace(ctx.tool.nvcc, ctx.tool.compiler, ctx.tool.platform)
     cache_env, cache_defines = compiler_cache.cache_env(
         cache, ctx.settings.cache_dir, ns=ns, stats_log=stats_log, storage=storage)
@@ -538,22 +547,38 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     with open(log, "wb") as handle:
         handle.write(f"# sglforge build log: {recipe.name} (key {job.key.value})\n".encode())
         handle.write(f"# network isolation: {shlex.join(isolation) or 'proxies only'}\n".encode())
-        handle.write(compiler_cache.mask_env_lines(env).encode())  # a remote's password
-    return _Invocation(cmd, [*isolation, *bridge], env, dist, log, stats_log, forwarder)
+        handle.write(f"# build user: {user.name if user else 'the caller'}\n".encode())
+        handle.write(compiler_cache.mask_env_lines(env).encode())  # defence in depth
+    if user is not None and user.caps_only:
+        _warn_once(f"builds run as {user.name}")
+    if user is not None and cache is not None:
+        cache_tool_dir.mkdir(parents=True, exist_ok=True)
+        if cache_tool_dir.stat().st_uid != user.uid:
+            user.hand_over([cache_tool_dir])
+    # the bridge brings loopback up inside the namespace (needs root there); the build
+    # itself runs as the build user (build/builduser.py)
+    drop = user.prefix() if user is not None else []
+    return _Invocation(cmd, [*isolation, *bridge, *drop], env, dist, log, stats_log, proxy,
+                       user, owned)
 
 
 def _compile(ctx: _Context, job: _WheelJob) -> None:
     recipe, prepared = job.recipe, job.prepared
     assert prepared is not None
     run = _configure(ctx, job)
-    if run.forwarder is not None:
-        run.forwarder.start()
     try:
+        if run.user is not None:
+            run.user.hand_over(run.owned)
+        if run.proxy is not None:
+            run.proxy.start()
         rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
                         log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
     finally:
-        if run.forwarder is not None:
-            run.forwarder.close()
+        if run.proxy is not None:
+            run.proxy.close()
+            _log_refusals(run.log, run.proxy.refused)
+        if run.user is not None:
+            run.user.take_back(run.owned[:2])  # tree and work dir: sglforge runs git there
     if run.stats_log is not None:
         cache = ctx.options.compiler_cache
         job.cache_stats = compiler_cache.CacheStats.read(
@@ -570,6 +595,19 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
         raise SglforgeError(f"build of {recipe.name}: expected one wheel in {run.dist}, found "
                             f"{[p.name for p in built] or 'none'} (log: {run.log})")
     job.built = built[0]
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    print(f"    warning: {message}", flush=True)
+
+
+def _log_refusals(log: Path, refused: list[str]) -> None:
+    """What the cache proxy refused, at the end of the build's log (its own words only)."""
+    if refused:
+        with open(log, "ab") as handle:
+            handle.write("".join(f"# sglforge cache proxy refused: {line}\n"
+                                 for line in refused[:50]).encode())
 
 
 def _postprocess(ctx: _Context, job: _WheelJob) -> None:

@@ -18,10 +18,11 @@ import difflib
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge import __version__
+from sglforge.base.credentials import scrub_environment
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
 from sglforge.cli import (  # verbs
@@ -126,6 +127,7 @@ def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
 @dataclass
 class Context:
     args: argparse.Namespace
+    secret_env: dict[str, str] = field(default_factory=dict)  # taken out of os.environ
 
     @property
     def project(self) -> Project:
@@ -135,6 +137,7 @@ class Context:
     def settings(self) -> Settings:
         return load_settings(
             self.args.config,
+            environ={**os.environ, **self.secret_env},
             cache_dir=self.args.cache_dir,
             build_root=self.args.build_root,
             extra_mirrors=self.args.mirror,
@@ -205,9 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _check_verb(parser, argv)
     args = _merge_after_verb(parser.parse_args(argv))
+    # secrets leave the environment before any child starts (base/credentials.py)
+    secret_env = scrub_environment()
     try:
         with signals_as_exceptions(), _quiet(args.quiet):
-            return int(args.func(args, Context(args)) or 0)
+            return int(args.func(args, Context(args, secret_env)) or 0)
     except SglforgeError as exc:
         if args.verbose:
             traceback.print_exc()

@@ -37,11 +37,13 @@ checked when loaded (`base.remotestore.url_problem`) and shown without credentia
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sglforge.base.credentials import mask_url
 from sglforge.base.errors import SglforgeError
 from sglforge.base.git import check_url
 from sglforge.base.tomlfile import (
@@ -65,7 +67,14 @@ class Mirror:
     mirror: str  # replacement prefix: a local path, file:// or another URL
 
 
-@dataclass(frozen=True)
+def _masked_repr(self: Any) -> str:
+    """A settings table's repr with its remote URL masked (it may hold a password)."""
+    shown = ", ".join(f"{f.name}={mask_url(v) if isinstance(v, str) else v!r}"
+                      for f in fields(self) for v in [getattr(self, f.name)])
+    return f"{type(self).__name__}({shown})"
+
+
+@dataclass(frozen=True, repr=False)
 class CompilerCacheSettings:
     """The `[compiler-cache]` table; `verify` ignores it (it always builds without a cache)."""
 
@@ -79,9 +88,10 @@ class CompilerCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
                           doc="read the remote, never write it (untrusted CI jobs)")
+    __repr__ = _masked_repr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WheelCacheSettings:
     """`[wheel-cache]`: the remote (shared) tier of the content-keyed wheel cache."""
 
@@ -97,6 +107,7 @@ class WheelCacheSettings:
                                    env="SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE",
                                    maximum=86400.0,
                                    doc="seconds one remote download may take in all")
+    __repr__ = _masked_repr
 
 
 @dataclass(frozen=True)
@@ -158,16 +169,17 @@ def mirror_problem(upstream: str, mirror: str) -> str | None:
     problem = check_url(mirror)
     if problem is None and "=" in mirror:
         problem = "contains '=' (cannot be passed to git's url.<mirror>.insteadOf)"
-    return None if problem is None else f"mirror target {mirror!r} {problem}"
+    return None if problem is None else f"mirror target {mask_url(mirror)!r} {problem}"
 
 
 def parse_mirror_option(text: str) -> Mirror:
     upstream, sep, mirror = text.partition("=")
     if not sep or not upstream or not mirror:
-        raise SglforgeError(f"--mirror {text!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
+        raise SglforgeError(
+            f"--mirror {mask_url(text)!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
     problem = mirror_problem(upstream, mirror)
     if problem is not None:
-        raise SglforgeError(f"--mirror {text!r}: {problem}")
+        raise SglforgeError(f"--mirror {mask_url(text)!r}: {problem}")
     return Mirror(upstream, mirror)
 
 
@@ -295,9 +307,7 @@ def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
 
 
 def _shown(raw: Any) -> str:
-    from sglforge.build.compiler_cache import mask_secrets
-
-    return mask_secrets(repr(raw))
+    return repr(mask_url(str(raw)))
 
 
 def _table_file_layer(reader: TableReader, text: str,
@@ -342,6 +352,10 @@ def _table_cli_layer(options: Mapping[str, Any], table: SettingsTable) -> dict[s
         value = table.convert[name](raw)
         if isinstance(value, Refused):
             raise SglforgeError(f"{table.cli_flags[name]} {_shown(raw)}: {value}")
+        if isinstance(value, str) and mask_url(value) != value:
+            print(f"warning: {table.cli_flags[name]} carries a password, which every process "
+                  "on this host (the build's too) can read in /proc/<pid>/cmdline: put the URL "
+                  f"in the user config or {key_specs(table.fields)[name].env}", file=sys.stderr)
         layer[name] = value
     return layer
 
@@ -381,7 +395,7 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
         if problem is not None:
             line = _mirror_line(text, upstream)
             at = f" (line {line})" if line else ""
-            problems.add(f"[mirrors], key {upstream!r}{at}: {problem}")
+            problems.add(f"[mirrors], key {mask_url(upstream)!r}{at}: {problem}")
             continue
         mirrors.append(Mirror(upstream, mirror))
     tables = {t.name: _table_file_layer(reader, text, t) for t in (COMPILER_CACHE, WHEEL_CACHE)}
@@ -499,8 +513,6 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))
-    from sglforge.build.compiler_cache import mask_secrets
-
     for table, values in ((COMPILER_CACHE, settings.compiler_cache),
                           (WHEEL_CACHE, settings.wheel_cache)):
         for name, spec in key_specs(table.fields).items():
@@ -510,7 +522,7 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
             elif isinstance(value, (int, float)):  # wheel-cache sizes and seconds
                 shown = _show_size(value) if name == "max_size" else f"{value:g}s"
             else:  # a remote URL may hold a password
-                shown = "(none)" if value is None and name == "remote" else mask_secrets(
+                shown = "(none)" if value is None and name == "remote" else mask_url(
                     value or "none")
             label = f"{table.name}.{spec.name}"
             rows.append((label, shown, settings.origin(label)))
@@ -519,7 +531,8 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]
     lines.append("mirrors:" if settings.mirrors else "mirrors: (none)")
     for m in settings.mirrors:
-        lines.append(f"  {m.upstream} -> {m.mirror}   ({settings.origin('mirror ' + m.upstream)})")
+        lines.append(f"  {mask_url(m.upstream)} -> {mask_url(m.mirror)}   "
+                     f"({settings.origin('mirror ' + m.upstream)})")
     return "\n".join(lines)
 
 
