@@ -161,6 +161,6 @@ def run_preflight(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.cli.main import Context, parse_verb_args
 
     inner = parse_verb_args([args.target, *args.rest], outer=args)
-    what = CHECKS[args.target](inner, Context(inner), not args.no_fetch)
+    what = CHECKS[args.target](inner, Context(inner, ctx.secret_env), not args.no_fetch)
     print(f"preflight: sglforge {args.target}: arguments, settings and inputs are valid ({what})")
     return 0
