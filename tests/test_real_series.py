@@ -49,3 +49,21 @@ def test_lint_reports_no_errors_for_the_repositorys_patches() -> None:
     findings = lint_project(project, lock, None)
     errors = [f for f in findings if f.level == "error"]
     assert not errors, render_findings(findings)
+
+
+def test_the_kernel_package_is_its_own_upstream_at_its_bump_commit() -> None:
+    """sglang-kernel is released from a main-branch bump commit, not from the sglang tag, so it
+    is a second source of the same repository with its own pin and series (issue 22)."""
+    from sglforge.inputs.recipes import load_recipes
+    from sglforge.inputs.toolchain import load_toolchain
+
+    lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
+    recipes = load_recipes(ROOT / "recipes", lock,
+                           load_toolchain(ROOT / "lockfiles" / "toolchain.toml"))
+    python, kernel = recipes["sglang"], recipes["sglang-kernel"]
+    assert (python.upstream, kernel.upstream) == ("sglang", "sglang-kernel")
+    sglang, sglang_kernel = lock.get("sglang"), lock.get("sglang-kernel")
+    assert sglang.url == sglang_kernel.url and sglang.commit != sglang_kernel.commit
+    assert (ROOT / "patches" / "sglang-kernel" / "series").is_file()
+    # the kernel's FetchContent archives hang off the kernel source, not the python tree
+    assert lock.fetchcontent("sglang-kernel") and not lock.fetchcontent("sglang")

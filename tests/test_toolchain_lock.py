@@ -28,21 +28,22 @@ def write_lock(path: Path, text: str) -> Path:
 
 def test_the_committed_lock_matches_toolchain_toml_and_pins_torch_with_its_cuda_variant():
     toolchain = load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
-    assert toolchain.torch == "2.13.0+cu130" and toolchain.torch_public == "2.13.0"
+    assert toolchain.torch == "2.11.0+cu130" and toolchain.torch_public == "2.11.0"
     assert toolchain.torch_index == toolchain_lock.DEFAULT_INDEX  # PyPI: reachable
     lock = toolchain_lock.parse_lock(ROOT / "lockfiles" / "toolchain.lock")
     pins = dict(toolchain.build_requires, torch=toolchain.torch)
     assert toolchain_lock.check_against_pins(lock, pins) == []
     assert all(entry.hashes for entries in lock.sections.values() for entry in entries)
     assert [e.name for e in lock.sections["torch"]] == ["torch"]
-    assert lock.get("torch").version == "2.13.0"  # PyPI's cu130 build: no local label
+    assert lock.get("torch").version == "2.11.0"  # PyPI's cu130 build: no local label
     deps = {e.name: e.version for e in lock.sections["torch-deps"]}
-    assert deps["triton"] == "3.7.1" and deps["cuda-toolkit"].startswith("13.0.3")
+    assert deps["triton"] == "3.6.0" and deps["cuda-toolkit"].startswith("13.0.2")
     assert "nvidia-nccl-cu13" in deps and "nvidia-cudnn-cu13" in deps
     build = {e.name for e in lock.sections["build"]}
     assert not build & set(deps)  # shared dependencies stay at [build]'s versions
-    # the cp312 manylinux_2_28 x86_64 wheel checked to hold torch/version.py 2.13.0+cu130
-    assert "796633c4cdf0fe2cdced72d8f88f22e73dbcfce83132763162f6d4bff13b820b" in \
+    # the cp312 manylinux_2_28 x86_64 wheel, installed by `nox -s build` (issue 22): its
+    # torch/version.py says 2.11.0+cu130, cuda '13.0'
+    assert "0f68f4ac6d95d12e896c3b7a912b5871619542ec54d3649cf48cc1edd4dd2756" in \
         lock.get("torch").hashes
 
 
@@ -107,7 +108,7 @@ def test_assemble_splits_torch_from_its_dependencies_and_keeps_build(tmp_path):
 def test_printed_regeneration_commands_follow_toolchain_toml(capsys):
     toolchain_lock.main([])
     text = capsys.readouterr().out
-    assert "echo 'torch==2.13.0' > torch.in" in text
+    assert "echo 'torch==2.11.0' > torch.in" in text
     assert "--constraint build-constraints.txt torch.in" in text
     assert "assemble build.lock torch.lock" in text
     assert "torch-variant" not in text  # torch-index is index (PyPI): one resolution
@@ -320,5 +321,5 @@ def test_build_requirements_name_torch_as_the_index_does():
     out = subprocess.run([sys.executable, "-m", "sglforge", "build-requirements",
                           "sglang-kernel"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
-    assert "torch==2.13.0\n" in out and "torch==2.13.0+cu130\n" not in out
+    assert "torch==2.11.0\n" in out and "torch==2.11.0+cu130\n" not in out
     assert "# torch: only from https://pypi.org/simple" in out
