@@ -20,11 +20,12 @@ from pathlib import Path
 from sglforge.base.errors import SglforgeError
 from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_exceptions
 from sglforge.cli import build, bundle, check, config, patches, publish, smoke, sources  # verbs
+from sglforge.cli import receipt  # verbs `receipt`, `reference` (issue 24)
 from sglforge.inputs.project import Project, find_project
 from sglforge.inputs.settings import Settings, load_settings
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt)
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
