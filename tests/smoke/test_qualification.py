@@ -54,9 +54,12 @@ def _receipt(project: SmokeProject) -> dict:
 
 
 def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
-        smoke_project: SmokeProject, installed_venv: Path) -> None:
+        smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path) -> None:
     _qual_profile(smoke_project)
-    result = _run(smoke_project, installed_venv)
+    key = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "q", "-f", str(key)],
+                   check=True)
+    result = _run(smoke_project, installed_venv, "--sign-key", str(key))
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["name"]: c for c in smoke_project.report()["checks"]}
     eq = checks["equivalence"]
@@ -78,6 +81,25 @@ def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
     assert {c["name"] for c in receipt["checks"]} == {"generate", "equivalence"}
     assert "stand-in servers: no model computes anything" in receipt["limitations"]
     assert any("no --reference" in x for x in receipt["limitations"])
+    # The receipt belongs to exactly these wheels, signed; a tampered copy fails.
+    signers = tmp_path / "allowed_signers"
+    signers.write_text("q " + key.with_suffix(".pub").read_text())
+    receipt_path = smoke_project.run_dir / "receipt.json"
+    verify = ["receipt", "verify", str(receipt_path), "--wheels", str(smoke_project.root /
+              "wheelhouse"), "--allowed-signers", str(signers), "--identity", "q"]
+    out = subprocess.run(smoke_project.command(*verify, "--wheels",
+                                               str(smoke_project.root / "wheels")),
+                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+    assert out.returncode == 0 and "signature by 'q' verified" in out.stdout, out.stderr
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    for wheel in smoke_project.wheels:
+        (tampered / wheel.name).write_bytes(wheel.read_bytes())
+    (tampered / smoke_project.wheels[1].name).write_bytes(
+        smoke_project.wheels[1].read_bytes()[:-1] + b"!")
+    out = subprocess.run(smoke_project.command(*verify, "--wheels", str(tampered)),
+                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+    assert out.returncode == 2 and "not the qualified bytes" in out.stderr
 
 
 def test_a_diverging_decode_fails_equivalence_naming_prompt_position_and_tokens(
