@@ -54,9 +54,10 @@ def test_colocated_server_is_planned_without_disaggregation(smoke_project: Smoke
      "[colocated], key 'colour'"),
     ({"colocated": {"gpus": [4], "port": 31999, "env": {"A": "{nope}"}}}, {},
      "[colocated] env A: unknown placeholder {nope}"),
-    ({}, {"reference-min-top1": 1.5}, "key 'reference-min-top1'"),
-    ({}, {"equivalence-prompts": []}, "key 'equivalence-prompts'"),
-    ({}, {"equivalence-long-prompt-tokens": [3]}, "key 'equivalence-long-prompt-tokens'"),
+    ({}, {"reference-min-top1": 1.5}, "expected a share between 0 and 1, got 1.5"),
+    ({}, {"equivalence-prompts": []}, "must list at least one prompt"),
+    ({}, {"equivalence-long-prompt-tokens": [3]},
+     "each value must be between 16 and"),
     ({"gates": {"acuracy": {}}}, {}, "[gates], key 'acuracy'"),
     ({"gates": {"accuracy": {"questions": "q.jsonl", "sha256": "abc"}}}, {},
      "[gates.accuracy], key 'sha256'"),
@@ -65,7 +66,7 @@ def test_colocated_server_is_planned_without_disaggregation(smoke_project: Smoke
     ({"gates": {"needle": {"min-recall": {"2k": 1.0}}}}, {}, "key '2k' is not a prompt length"),
     ({"gates": {"needle": {"min-recall": {"2048": 2}}}}, {}, "2048 = 2: a share between 0 and 1"),
     ({"gates": {"long-output": {}}}, {}, "[gates.long-output]: missing required key 'tokens'"),
-    ({"limitations": "tiny"}, {}, "key 'limitations'"),
+    ({"limitations": "tiny"}, {}, "expected a list of strings, got 'tiny'"),
 ])
 def test_bad_qualification_keys_are_errors_naming_them(smoke_project: SmokeProject, extra: dict,
                                                        checks: dict, message: str) -> None:
