@@ -33,7 +33,7 @@ else
     tar -C "$WORK" -xf "$CARRY/tiny-model.tar" || exit 3
     args+=(--model "$WORK/tiny-model" --reference "$CARRY/reference.json")
 fi
-timeout 540 "$PY" -m sglforge smoke "${args[@]}" > "$OUT/smoke.log" 2>&1
+timeout 480 "$PY" -m sglforge smoke "${args[@]}" > "$OUT/smoke.log" 2>&1
 rc=$?
 echo "smoke exit $rc after $(( $(date +%s) - start )) s"
 tail -n 60 "$OUT/smoke.log"
