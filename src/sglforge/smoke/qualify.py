@@ -120,7 +120,7 @@ def _limitations(opts: Any, report: Any, qual: RunFacts) -> list[str]:
     profile = opts.profile
     out = list(profile.limitations)
     model = qual.model or {}
-    if model.get("tiny_model") and TINY_LIMITATION not in out:
+    if model.get("tiny_model") and not any("tiny random-weight model" in x for x in out):
         out.append(TINY_LIMITATION)
     if qual.wheels is None:
         out.append("not bound to a wheel set: the environment was used as found (--python "
