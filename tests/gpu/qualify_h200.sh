@@ -56,7 +56,8 @@ EOF
     for r in "$CARRY/reference.json" "$WORK/perturbed.json"; do
         "$PY" -m sglforge reference compare --profile h200-pd-1gpu --reference "$r" \
             --observed "$WORK/run/reference-observed.json"
-        echo "reference compare $(basename "$r"): exit $?"
+        status=$?  # before any other expansion: $(...) below would reset $?
+        echo "reference compare ${r##*/}: exit $status"
     done 2>&1 | tee -a "$OUT/smoke.log"
 fi
 tar -C "$WORK/run" -cJf "$OUT/logs.tar.xz" logs
