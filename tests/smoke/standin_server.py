@@ -23,6 +23,8 @@ Knobs (environment, so a profile's per-role `env` can set them):
                              decode role, PD stops matching the colocated server
   STANDIN_LOGPROB_SHIFT=X    add X to every logprob (a numerically different kernel)
   STANDIN_ARITHMETIC=1       answer "What is A + B?" questions correctly (accuracy gates)
+  STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 at start if something listens on port P (a
+                             server that must start only after another one stopped)
 Token ids and logprobs are deterministic functions of the prompt and position (a greedy
 model), with top-k alternatives when `top_logprobs_num` is asked for; a colocated server
 (no --disaggregation-mode) computes the same as the PD pair.
@@ -297,6 +299,14 @@ def main() -> None:
             log(f"module {required!r} is not importable; PYTHONPATH="
                 f"{os.environ.get('PYTHONPATH')!r}")
             sys.exit(4)
+    busy = os.environ.get("STANDIN_REQUIRE_FREE_PORT")
+    if busy:
+        import socket
+
+        with socket.socket() as probe:
+            if probe.connect_ex((args.host, int(busy))) == 0:
+                log(f"port {busy} is still served: started too early")
+                sys.exit(5)
     state = State(args)
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))

@@ -102,6 +102,31 @@ def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
     assert out.returncode == 2 and "not the qualified bytes" in out.stderr
 
 
+def test_colocated_after_pair_starts_once_the_pair_is_stopped(
+        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    # The colocated stand-in refuses to start while decode still listens: only the
+    # after-pair order passes (with-pair, the same profile fails at launch).
+    free = {"STANDIN_REQUIRE_FREE_PORT": str(smoke_project.ports["decode"])}
+    _qual_profile(smoke_project, colocated_env=free)
+    assert _run(smoke_project, installed_venv).returncode == 1
+    assert "started too early" in (smoke_project.run_dir / "logs" / "colocated.log").read_text()
+    path = smoke_project.root / "profiles" / "standin.toml"
+    path.write_text(path.read_text().replace("[colocated]", '[colocated]\nstart = "after-pair"'))
+    result = _run(smoke_project, installed_venv)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = smoke_project.report()
+    assert [s["name"] for s in report["stages"]][-2:] == ["checks", "colocated"]
+    eq = next(c for c in report["checks"] if c["name"] == "equivalence")
+    assert eq["passed"] and eq["metrics"]["identical"] == 3
+    assert report["teardown"]["before_colocated"]["survivors"] == {}
+    assert set(report["teardown"]["before_colocated"]["signalled"]) == {"router", "prefill",
+                                                                         "decode"}
+    assert report["teardown"]["signalled"] == {"colocated": "SIGTERM"}
+    from sglforge.smoke.processes import group_members
+
+    assert all(group_members(p["pgid"]) == [] for p in report["processes"])
+
+
 def test_a_diverging_decode_fails_equivalence_naming_prompt_position_and_tokens(
         smoke_project: SmokeProject, installed_venv: Path) -> None:
     _qual_profile(smoke_project, decode_env={"STANDIN_DIVERGE_AT": "5"})

@@ -42,6 +42,11 @@ def test_colocated_server_is_planned_without_disaggregation(smoke_project: Smoke
     prompts = profile.equivalence.all_prompts()
     assert len(prompts) == 7 + 2 and len(prompts[-1].split()) > len(prompts[-2].split()) > 40
     assert profile.ports()[31999] == "colocated HTTP port"
+    after = _load(smoke_project, checks={"run": ["equivalence"]},
+                  top_extra={"colocated": {"gpus": [4], "port": 31999, "start": "after-pair"}})
+    plan = build_launch_plan(after, Path("/py"), Path("/run"), smoke_project.root)
+    assert plan.colocated_after_pair and plan.colocated not in plan.servers
+    assert plan.all[-1] is plan.colocated  # after the router
 
 
 @pytest.mark.parametrize(("extra", "checks", "message"), [
@@ -50,6 +55,8 @@ def test_colocated_server_is_planned_without_disaggregation(smoke_project: Smoke
      "[colocated] gpus [0] are also the PD pair's"),
     ({"colocated": {"gpus": [4], "port": 31999, "args": ["--disaggregation-mode", "prefill"]}},
      {}, "[colocated], key 'args'"),
+    ({"colocated": {"gpus": [4], "port": 31999, "start": "later"}}, {},
+     "'later' is not one of with-pair, after-pair"),
     ({"colocated": {"gpus": [4], "port": 31999, "colour": 1}}, {},
      "[colocated], key 'colour'"),
     ({"colocated": {"gpus": [4], "port": 31999, "env": {"A": "{nope}"}}}, {},

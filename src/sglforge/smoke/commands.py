@@ -32,14 +32,18 @@ class LaunchPlan:
     decode: LaunchCommand
     router: LaunchCommand
     colocated: LaunchCommand | None = None  # the non-PD server `equivalence` compares with
+    colocated_after_pair: bool = False  # started once the pair and router are stopped
 
     @property
     def servers(self) -> tuple[LaunchCommand, ...]:
-        return (self.prefill, self.decode) + ((self.colocated,) if self.colocated else ())
+        """The servers started together, before the router."""
+        with_pair = self.colocated is not None and not self.colocated_after_pair
+        return (self.prefill, self.decode) + ((self.colocated,) if with_pair else ())
 
     @property
     def all(self) -> tuple[LaunchCommand, ...]:
-        return (*self.servers, self.router)
+        later = (self.colocated,) if self.colocated and self.colocated_after_pair else ()
+        return (*self.servers, self.router, *later)
 
 
 def build_launch_plan(profile: SmokeProfile, python: Path, run_dir: Path,
@@ -63,7 +67,8 @@ def build_launch_plan(profile: SmokeProfile, python: Path, run_dir: Path,
                 f"{profile.prefill.bootstrap_port}), decode {decode.url}")
     colocated = (_colocated(profile, values, logs) if profile.colocated is not None
                  and "equivalence" in profile.checks.run else None)
-    return LaunchPlan(prefill=prefill, decode=decode, router=router, colocated=colocated)
+    return LaunchPlan(prefill=prefill, decode=decode, router=router, colocated=colocated,
+                      colocated_after_pair=bool(colocated and profile.colocated.after_pair))
 
 
 def _colocated(profile: SmokeProfile, values: dict[str, str], logs: Path) -> LaunchCommand:
@@ -86,7 +91,8 @@ def _colocated(profile: SmokeProfile, values: dict[str, str], logs: Path) -> Lau
         role="colocated", argv=tuple(argv), env=env, log=logs / "colocated.log",
         url=f"http://{profile.host}:{spec.port}",
         summary=f"colocated (non-PD) server: GPUs {','.join(map(str, spec.gpus))}, TP "
-                f"{spec.tp}, port {spec.port}")
+                f"{spec.tp}, port {spec.port}"
+                + (", started after the pair and router stop" if spec.after_pair else ""))
 
 
 def _server(profile: SmokeProfile, role: RoleSpec, values: dict[str, str],

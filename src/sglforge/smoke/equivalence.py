@@ -69,12 +69,14 @@ def compare(pd: list[Generation], colocated: list[Generation],
                        metrics=metrics, threshold=threshold, value=metrics["identical"])
 
 
+def collect(url: str, spec: EquivalenceSpec, timeout: float) -> list[Generation]:
+    return [generate(url, p, spec.max_new_tokens, timeout) for p in spec.all_prompts()]
+
+
 def check_equivalence(ctx: CheckContext) -> CheckResult:
+    """Both sides now (the colocated server runs beside the pair)."""
     spec = ctx.equivalence
     if spec is None or ctx.colocated_url is None:
         return CheckResult("equivalence", False, "no colocated server in this run")
-    prompts = spec.all_prompts()
-    pd = [generate(ctx.router_url, p, spec.max_new_tokens, ctx.timeout) for p in prompts]
-    colocated = [generate(ctx.colocated_url, p, spec.max_new_tokens, ctx.timeout)
-                 for p in prompts]
-    return compare(pd, colocated, spec)
+    return compare(collect(ctx.router_url, spec, ctx.timeout),
+                   collect(ctx.colocated_url, spec, ctx.timeout), spec)

@@ -45,6 +45,17 @@ class ColocatedSpec:
     numa_node: int | None
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # "with-pair": started with the pair (its own GPU, or a shared one with room for three);
+    # "after-pair": started once the pair and router are stopped, on the GPU they freed (a
+    # model too large for two copies on one GPU), the pair's answers kept for the comparison.
+    start: str = "with-pair"
+
+    @property
+    def after_pair(self) -> bool:
+        return self.start == "after-pair"
+
+
+COLOCATED_STARTS = ("with-pair", "after-pair")
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,10 @@ def read_colocated(reader: TableReader) -> ColocatedSpec:
         gpus=gpus, tp=tp, port=reader.int("port", required=True, minimum=1, maximum=65535) or 0,
         numa_node=reader.int("numa-node", minimum=0, maximum=1023),
         args=tuple(reader.str_list("args") or []),
-        env=tuple(sorted(reader.str_table("env").items())))
+        env=tuple(sorted(reader.str_table("env").items())),
+        start=reader.str("start") or "with-pair")
+    if spec.start not in COLOCATED_STARTS:
+        reader.error("start", f"{spec.start!r} is not one of {', '.join(COLOCATED_STARTS)}")
     for arg in spec.args:
         if arg.startswith("--disaggregation"):
             reader.error("args", f"{arg!r}: the colocated server is the non-PD reference; it "

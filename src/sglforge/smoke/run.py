@@ -21,7 +21,7 @@ from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: lik
     signals_as_exceptions,
 )
 from sglforge.base.steps import StepRecord, Steps
-from sglforge.smoke import doctor, qualify
+from sglforge.smoke import doctor, equivalence, qualify
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.environment import probe_environment
@@ -124,8 +124,11 @@ def dry_run_text(opts: SmokeOptions) -> str:
                   f"# ready: GET {command.url}/health within {t.health:g} s, then "
                   f"GET {command.url}/health_generate within {t.health_generate:g} s"]
     lines += ["", f"# {launch.router.summary}", launch.router.shell(),
-              f"# ready: GET {launch.router.url}{p.router.ready_path} within {t.router:g} s",
-              "", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
+              f"# ready: GET {launch.router.url}{p.router.ready_path} within {t.router:g} s"]
+    if launch.colocated is not None and launch.colocated_after_pair:  # issue 24
+        lines += ["", f"# {launch.colocated.summary} (after the checks through the router)",
+                  launch.colocated.shell()]
+    lines += ["", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
               f"# needle lengths {list(p.checks.needle_lengths)} tokens; must recall "
               f"{list(p.checks.needle_must_recall)}; concurrency {p.checks.concurrency}",
               "", f"## 5. report: {opts.run_dir}/smoke-report.json and smoke-summary.txt",
@@ -182,7 +185,7 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
                 # never stand between us and GPUs held by orphaned servers.
                 if processes.processes:
                     result = processes.teardown()
-                    report.teardown = {"signalled": result.signalled,
+                    report.teardown = {**report.teardown, "signalled": result.signalled,
                                        "survivors": result.survivors,
                                        "seconds": round(result.seconds, 3)}
                     steps.say(f"teardown: {result.signalled} in {result.seconds:.1f} s")
@@ -335,8 +338,15 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
                            timeout=timeouts.request, equivalence=profile.equivalence,
                            colocated_url=plan.colocated.url if plan.colocated else None)
+        pair_answers = None  # equivalence with the colocated server after the pair
         with steps.step("checks") as detail:
             for name in profile.checks.run:
+                if name == "equivalence" and plan.colocated_after_pair:
+                    pair_answers = equivalence.collect(plan.router.url, profile.equivalence,
+                                                       timeouts.request)
+                    steps.say("check equivalence: the pair's answers are kept; the colocated "
+                              "server starts once the pair is stopped")
+                    continue
                 result = run_check(name, ctx)
                 report.checks.append(result)
                 steps.say(f"check {name}: {'pass' if result.passed else 'FAIL'} — "
@@ -355,6 +365,10 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             failed = [c.name for c in report.checks if not c.passed and c.enforced]
             detail.append(f"{len(report.checks) - len(failed)} passed"
                           + (f", failed: {', '.join(failed)}" if failed else ""))
+        if pair_answers is not None:
+            result = _equivalence_after_pair(opts, plan, processes, report, steps, pair_answers)
+            report.checks.append(result)
+            failed += [] if result.passed else [result.name]
         if failed:
             report.failure = Failure("checks", f"check(s) failed: {', '.join(failed)}")
             _print_failure(report.failure, steps.err)
@@ -374,6 +388,40 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             stage="readiness", message=str(exc), process=process.role,
             exit=process.describe_exit(), log=str(process.command.log),
             log_tail=log_tail(process.command.log))) from None
+
+
+def _equivalence_after_pair(opts: SmokeOptions, plan: LaunchPlan, processes: ProcessSet,
+                            report: SmokeReport, steps: _Stages, pair_answers: list):  # noqa: ANN202
+    """`[colocated] start = "after-pair"`: stop the pair and router, start the colocated
+    server on the GPU they freed, ask it the same prompts, compare with the kept answers."""
+    profile = opts.profile
+    timeouts = profile.timeouts
+    assert plan.colocated is not None
+    with steps.step("colocated") as detail:
+        stopped = processes.stop_current()
+        report.teardown["before_colocated"] = {"signalled": stopped.signalled,
+                                               "survivors": stopped.survivors,
+                                               "seconds": round(stopped.seconds, 3)}
+        if stopped.survivors:
+            raise SmokeFailed(Failure("colocated", "the pair did not stop before the colocated "
+                                      f"server: survivors {stopped.survivors}"))
+        detail.append(f"pair and router stopped in {stopped.seconds:.1f} s")
+        steps.say(f"starting {plan.colocated.summary}")
+        process = processes.start(plan.colocated)
+        report.processes.append({"role": "colocated", "pid": process.popen.pid,
+                                 "pgid": process.pgid, "argv": list(plan.colocated.argv),
+                                 "env": plan.colocated.env, "log": str(plan.colocated.log)})
+        _write_processes(opts.run_dir, report)
+        for endpoint, seconds in (("/health", timeouts.health),
+                                  ("/health_generate", timeouts.health_generate)):
+            waited = wait_ready(processes, process, endpoint, seconds)
+            detail.append(f"{endpoint} after {waited:.1f} s")
+        start = time.monotonic()
+        answers = equivalence.collect(plan.colocated.url, profile.equivalence, timeouts.request)
+        result = equivalence.compare(pair_answers, answers, profile.equivalence)
+        result.seconds = round(time.monotonic() - start, 4)
+        steps.say(f"check equivalence: {'pass' if result.passed else 'FAIL'} — {result.detail}")
+    return result
 
 
 def _stack_check(opts: SmokeOptions, steps: _Stages, detail: list[str]) -> None:
