@@ -5,6 +5,8 @@
 #                                             # $OUT/reference.json and $OUT/tiny-model.tar
 #   tests/gpu/qualify_h200.sh CARRY compare   # compares with CARRY/reference.json, serving
 #                                             # the same model (CARRY/tiny-model.tar)
+#   tests/gpu/qualify_h200.sh CARRY compare after-pair   # ... then the same smoke once more
+#                                             # with [colocated] start = "after-pair"
 #
 # CARRY holds site.tar.xz from tests/gpu/stage_stack.py (its site/wheels.lock is the wheel set
 # the receipt binds). The host has no network and torch 2.11.0+cu130 in /opt/torch/.venv; nox
@@ -13,6 +15,7 @@
 set -u
 CARRY=$(cd "$1" && pwd)
 MODE=$2
+THEN=${3:-}
 PY=/opt/torch/.venv/bin/python3
 WORK=/tmp/qualify
 export PYTHONUNBUFFERED=1
@@ -60,6 +63,21 @@ EOF
         echo "reference compare ${r##*/}: exit $status"
     done 2>&1 | tee -a "$OUT/smoke.log"
 fi
-tar -C "$WORK/run" -cJf "$OUT/logs.tar.xz" logs
+if [ "$THEN" = after-pair ] && [ "$MODE" = compare ]; then
+    # The colocated server on the GPU the pair freed: same prompts, compared with the pair's
+    # kept answers. Same run directory, so the JIT caches of the first run are reused.
+    sed 's/^\[colocated\]/[colocated]\nstart = "after-pair"/' profiles/h200-pd-1gpu.toml \
+        > profiles/h200-pd-1gpu-after.toml
+    tar -C "$WORK/run" -cJf "$OUT/logs.tar.xz" logs
+    timeout 300 "$PY" -m sglforge smoke --profile h200-pd-1gpu-after --python "$PY" \
+        --lock "$WORK/site/wheels.lock" --out "$WORK/run" --model "$WORK/tiny-model" \
+        > "$OUT/smoke-after-pair.log" 2>&1
+    echo "after-pair smoke exit $? after $(( $(date +%s) - start )) s"
+    tail -n 30 "$OUT/smoke-after-pair.log"
+    cp "$WORK/run/receipt.json" "$OUT/receipt-after-pair.json"
+    cp "$WORK/run/smoke-report.json" "$OUT/smoke-report-after-pair.json"
+else
+    tar -C "$WORK/run" -cJf "$OUT/logs.tar.xz" logs
+fi
 ls -la "$OUT"
 exit $rc
