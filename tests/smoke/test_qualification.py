@@ -65,6 +65,7 @@ def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
     eq = checks["equivalence"]
     assert eq["passed"], eq
     assert eq["metrics"]["prompts"] == 3 and eq["metrics"]["identical"] == 3
+    assert eq["metrics"]["rows"][2]["prompt_tokens"] > 200  # the long one, as counted
     # The colocated server really answered (its own log), not the router twice.
     assert "mode=null" in (smoke_project.run_dir / "logs" / "colocated.log").read_text()
     receipt = _receipt(smoke_project)

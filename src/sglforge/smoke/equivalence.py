@@ -24,7 +24,8 @@ def compare(pd: list[Generation], colocated: list[Generation],
     errors: list[str] = []
     for a, b in zip(pd, colocated, strict=True):
         row: dict[str, Any] = {"prompt": short(a.prompt), "prompt_chars": len(a.prompt),
-                               "tokens_pd": len(a.ids), "tokens_colocated": len(b.ids)}
+                               "prompt_tokens": a.prompt_tokens, "tokens_pd": len(a.ids),
+                               "tokens_colocated": len(b.ids)}
         if not a.ok or not b.ok:
             row["error"] = a.error or b.error
             errors.append(f"{short(a.prompt)!r}: {'PD' if not a.ok else 'colocated'}: "

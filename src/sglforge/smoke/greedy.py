@@ -6,7 +6,7 @@ exception (the server is the thing under test)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sglforge.smoke import http
@@ -22,7 +22,7 @@ class Generation:
     top: tuple[tuple[tuple[int, float], ...], ...] = ()
     error: str = ""
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int | None = None  # as the server counted them (long prompts: many pages)
 
     @property
     def ok(self) -> bool:
@@ -69,9 +69,12 @@ def parse_generation(prompt: str, body: Any, seconds: float = 0.0) -> Generation
         for position in raw_top:
             alternatives = [_entry(e) for e in position] if isinstance(position, list) else []
             top.append(tuple((e[1], e[0]) for e in alternatives if e is not None))
+    counted = meta.get("prompt_tokens")
     return Generation(prompt=prompt, ids=tuple(e[1] for e in entries),
                       logprobs=tuple(e[0] for e in entries),
-                      texts=tuple(e[2] for e in entries), top=tuple(top), seconds=seconds)
+                      texts=tuple(e[2] for e in entries), top=tuple(top), seconds=seconds,
+                      prompt_tokens=counted if isinstance(counted, int)
+                      and not isinstance(counted, bool) else None)
 
 
 def generate(url: str, prompt: str, max_new_tokens: int, timeout: float,
