@@ -197,3 +197,24 @@ def test_bad_channels_file_is_an_error_naming_the_key(setup) -> None:  # noqa: A
     assert out.returncode == 2
     assert "from = 'nowhere': no such channel" in out.stderr
     assert "needs allowed-signers" in out.stderr and "'colour' (line 4): unknown key" in out.stderr
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{", "invalid JSON"),
+    ('{"kind": "other"}', "not a sglforge-qualification-receipt"),
+    ('{"kind": "sglforge-qualification-receipt", "schema": 1, "checks": []}',
+     "names no wheel set"),
+    ('{"kind": "sglforge-qualification-receipt", "schema": 1, "checks": [{"name": 1}]}',
+     "'checks' must be a list"),
+    ('{"kind": "sglforge-qualification-receipt", "schema": 1, "checks": [], "wheel_set": '
+     '{"digest": "00", "lock_text": "a==1 --hash=sha256:' + "0" * 64 + '", "wheels": []}}',
+     "the receipt was edited"),
+])
+def test_hostile_receipts_are_clear_errors(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "receipt.json"
+    path.write_text(content)
+    root = tmp_path / "p"
+    (root / "lockfiles").mkdir(parents=True)
+    (root / "lockfiles" / "upstreams.toml").write_text("")
+    out = _cli(root, "receipt", "verify", str(path), "--wheels", str(tmp_path))
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

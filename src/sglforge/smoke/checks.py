@@ -16,6 +16,7 @@ from typing import Any
 
 from sglforge.smoke import http
 from sglforge.smoke.profile import ChecksSpec
+from sglforge.smoke.qualprofile import EquivalenceSpec
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class CheckContext:
     timeout: float  # per request
     # Qualification (issue 24): the colocated server `equivalence` compares the pair with.
     colocated_url: str | None = None
-    equivalence: Any = None  # qualprofile.EquivalenceSpec
+    equivalence: EquivalenceSpec | None = None
 
 
 @dataclass
