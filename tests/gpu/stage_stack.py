@@ -51,7 +51,10 @@ PINS = [
 ]
 PLATFORMS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
+             # sglforge's own native builds (sgl-deep-gemm) are tagged for this host's
+             # platform, not manylinux: they run where they were built against the same glibc
+             "linux_x86_64"]
 TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
           *[a for p in PLATFORMS for a in ("--platform", p)]]
 # What an H200 PD pair does not load (RECIPE.md "Slimming"), relative to site/.
