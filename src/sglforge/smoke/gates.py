@@ -139,7 +139,8 @@ def gate_long_output(url: str, gate: LongOutputGate, timeout: float) -> CheckRes
 
 def _trial_passphrase(length: int, trial: int) -> str:
     words = ("amber", "cobalt", "juniper", "saffron", "violet", "indigo", "russet", "teal")
-    return f"{words[(length + trial) % len(words)]}-{(length * 7919 + trial * 104729) % 9000 + 1000}"
+    number = (length * 7919 + trial * 104729) % 9000 + 1000
+    return f"{words[(length + trial) % len(words)]}-{number}"
 
 
 def gate_needle(url: str, gate: NeedleGate, timeout: float,
