@@ -11,7 +11,11 @@ Not part of the tests (pytest does not collect tests/gpu). Run here, where pip r
 OUT/site.tar.xz holds site/ (use it as PYTHONPATH=<dir>/site on top of the host's torch venv)
 and OUT/stack-manifest.json says, per distribution, its version and origin: "pypi" (wheel file
 and sha256 as downloaded) or "sglforge" (wheel file, sha256, sglforge-build.json provenance),
-plus what was trimmed. The stack is built at run time and never committed.
+plus what was trimmed. OUT/wheels.lock (also site/wheels.lock) pins every staged wheel by
+sha256, a comment naming its origin: the wheel set a smoke receipt binds
+(`sglforge smoke --python ... --lock site/wheels.lock`); OUT/wheels/ holds exactly those
+wheels (hard links), for `sglforge receipt verify RECEIPT --wheels OUT/wheels`.
+The stack is built at run time and never committed.
 Recipe and sizes: shared/reference/h200-pd/RECIPE.md.
 """
 
@@ -48,7 +52,10 @@ PINS = [
 ]
 PLATFORMS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
+             # sglforge's own native builds (sgl-deep-gemm) are tagged for this host's
+             # platform, not manylinux: they run where they were built against the same glibc
+             "linux_x86_64"]
 TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
           *[a for p in PLATFORMS for a in ("--platform", p)]]
 # What an H200 PD pair does not load (RECIPE.md "Slimming"), relative to site/.
@@ -154,6 +161,31 @@ def trim(site: Path) -> dict[str, int]:
     return removed
 
 
+def write_lock(out: Path, chosen: dict[str, tuple[Path, str]]) -> None:
+    """wheels.lock: one hash pin per staged wheel, its origin in a comment above it; and
+    wheels/: exactly those wheel files (hard links where the file system allows)."""
+    lines = ["# The H200 smoke stack staged by tests/gpu/stage_stack.py: every wheel installed",
+             "# into site/, by sha256. Origin per wheel: built by sglforge, or from PyPI.", ""]
+    wheels = out / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    wheels.mkdir()
+    for name, (wheel, origin) in sorted(chosen.items()):
+        version = wheel.name.split("-")[1]
+        note = origin
+        if origin == "sglforge":
+            prov = provenance_of(wheel) or {}
+            note = f"built by sglforge ({prov.get('upstream')}@{str(prov.get('commit'))[:12]})"
+        else:
+            note = "from PyPI"
+        lines += [f"# {name}: {note}", f"{name}=={version} \\",
+                  f"    --hash=sha256:{sha256(wheel)}"]
+        try:
+            os.link(wheel, wheels / wheel.name)
+        except OSError:
+            shutil.copy(wheel, wheels / wheel.name)
+    (out / "wheels.lock").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -201,6 +233,8 @@ def main() -> int:
     manifest["unpacked_bytes"] = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
     (out / "stack-manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.copy(out / "stack-manifest.json", site / "sglforge-stack-manifest.json")
+    write_lock(out, chosen)
+    shutil.copy(out / "wheels.lock", site / "wheels.lock")
     archive = out / "site.tar.xz"
     if shutil.which("xz"):  # multi-threaded: minutes instead of a quarter hour
         with open(archive, "wb") as sink:

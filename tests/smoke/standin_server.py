@@ -18,6 +18,16 @@ Knobs (environment, so a profile's per-role `env` can set them):
   STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM, so teardown must escalate to SIGKILL
   STANDIN_REQUIRE_MODULE=M   exit with status 4 at start unless module M is importable (proves
                              a PYTHONPATH overlay reaches the servers)
+  STANDIN_DIVERGE_AT=N       from output position N on, generate other tokens than the prompt
+                             implies (a KV transfer or kernel that computes wrong): set on the
+                             decode role, PD stops matching the colocated server
+  STANDIN_LOGPROB_SHIFT=X    add X to every logprob (a numerically different kernel)
+  STANDIN_ARITHMETIC=1       answer "What is A + B?" questions correctly (accuracy gates)
+  STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 at start if something listens on port P (a
+                             server that must start only after another one stopped)
+Token ids and logprobs are deterministic functions of the prompt and position (a greedy
+model), with top-k alternatives when `top_logprobs_num` is asked for; a colocated server
+(no --disaggregation-mode) computes the same as the PD pair.
 Standard library only: it runs under any Python.
 """
 
@@ -40,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 VOCAB = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey").split()
 NEEDLE = re.compile(r"secret passphrase is ([A-Za-z]+-[0-9]+)")
+ARITHMETIC = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
 
 
 def log(message: str) -> None:
@@ -62,6 +73,10 @@ class State:
                               if env.get("STANDIN_FORGET_BEYOND") else None)
         self.startup_delay = float(env.get("STANDIN_STARTUP_DELAY", "0"))
         self.token_delay = float(env.get("STANDIN_TOKEN_DELAY", "0.002"))
+        self.diverge_at = (int(env["STANDIN_DIVERGE_AT"]) if env.get("STANDIN_DIVERGE_AT")
+                           else None)
+        self.logprob_shift = float(env.get("STANDIN_LOGPROB_SHIFT", "0"))
+        self.arithmetic = env.get("STANDIN_ARITHMETIC") == "1"
 
     def healthy(self) -> bool:
         if self.never_healthy:
@@ -83,17 +98,37 @@ class State:
         remembered = match.group(1) if match else None
         if remembered and self.forget_beyond is not None and len(words) > self.forget_beyond:
             remembered = None
-        return {"prompt_tokens": len(words), "needle": remembered,
+        sum_ = ARITHMETIC.search(text) if self.arithmetic else None
+        answer = None
+        if sum_:
+            a, op, b = int(sum_.group(1)), sum_.group(2), int(sum_.group(3))
+            answer = str(a + b if op == "+" else a - b if op == "-" else a * b)
+        return {"prompt_tokens": len(words), "needle": remembered, "answer": answer,
                 "digest": hashlib.sha256(text.encode()).hexdigest()}
 
 
-def generate_tokens(view: dict, max_new_tokens: int) -> list[str]:
+def generate_tokens(view: dict, max_new_tokens: int, diverge_at: int | None = None) -> list[str]:
     if view["needle"]:
         tokens = ["The", "passphrase", "is", view["needle"] + "."]
+    elif view.get("answer"):
+        tokens = ["The", "answer", "is", view["answer"] + "."]
     else:
-        seed = bytes.fromhex(view["digest"])
+        # A chain of digests: as many tokens as asked for (long outputs), the first 32 from
+        # the prompt's digest itself.
+        seed, block = bytes.fromhex(view["digest"]), bytes.fromhex(view["digest"])
+        while len(seed) < max_new_tokens:
+            block = hashlib.sha256(block).digest()
+            seed += block
         tokens = [VOCAB[b % len(VOCAB)] for b in seed]
-    return tokens[:max(1, max_new_tokens)]
+    tokens = tokens[:max(1, max_new_tokens)]
+    if diverge_at is not None:
+        tokens = [t if i < diverge_at else VOCAB[(VOCAB.index(t) + 1) % len(VOCAB)]
+                  if t in VOCAB else "zulu" for i, t in enumerate(tokens)]
+    return tokens
+
+
+def token_id(token: str) -> int:
+    return 1000 + VOCAB.index(token) if token in VOCAB else 7
 
 
 def fetch_room(host: str, port: int, room: str, timeout: float = 10.0) -> dict | None:
@@ -196,13 +231,13 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     return
             else:
                 view = state.prefill_view(text)
-            tokens = generate_tokens(view, max_new)
+            tokens = generate_tokens(view, max_new, state.diverge_at)
             if body.get("stream"):
                 self.stream(body, view, tokens)
                 return
-            time.sleep(state.token_delay * len(tokens))
-            self.reply(200, {"text": " ".join(tokens),
-                             "meta_info": meta_info(body, view, tokens, len(tokens))})
+            time.sleep(state.token_delay * min(len(tokens), 64))
+            self.reply(200, {"text": " ".join(tokens), "meta_info": meta_info(
+                body, view, tokens, len(tokens), state.logprob_shift)})
 
         def stream(self, body: dict, view: dict, tokens: list[str]) -> None:
             self.send_response(200)
@@ -221,15 +256,27 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def meta_info(body: dict, view: dict, tokens: list[str], n: int) -> dict:
+def logprob(position: int, token: str, shift: float = 0.0) -> float:
+    """Deterministic in position and token: the same prompt gives the same numbers."""
+    return -0.01 * (position + 1) - 0.001 * (token_id(token) % 7) + shift
+
+
+def meta_info(body: dict, view: dict, tokens: list[str], n: int, shift: float = 0.0) -> dict:
     info: dict = {"id": str(body.get("bootstrap_room", "0")),
                   "prompt_tokens": view["prompt_tokens"], "completion_tokens": n,
                   "finish_reason": {"type": "length", "length": n} if n == len(tokens) else None}
     if body.get("return_logprob"):
+        with_text = bool(body.get("return_text_in_logprobs"))
         info["output_token_logprobs"] = [
-            [-0.01 * (i + 1), 1000 + VOCAB.index(t) if t in VOCAB else 7,
-             t if body.get("return_text_in_logprobs") else None]
+            [logprob(i, t, shift), token_id(t), t if with_text else None]
             for i, t in enumerate(tokens[:n])]
+        k = int(body.get("top_logprobs_num") or 0)
+        if k:
+            info["output_top_logprobs"] = [
+                [[logprob(i, t, shift), token_id(t), t if with_text else None]]
+                + [[logprob(i, t, shift) - 1.0 - j, 2000 + (token_id(t) + j) % 97, None]
+                   for j in range(k - 1)]
+                for i, t in enumerate(tokens[:n])]
         info["input_token_logprobs"] = [[None, 1, None]] + [
             [-1.0, 2, None] for _ in range(view["prompt_tokens"] - 1)]
     return info
@@ -252,6 +299,14 @@ def main() -> None:
             log(f"module {required!r} is not importable; PYTHONPATH="
                 f"{os.environ.get('PYTHONPATH')!r}")
             sys.exit(4)
+    busy = os.environ.get("STANDIN_REQUIRE_FREE_PORT")
+    if busy:
+        import socket
+
+        with socket.socket() as probe:
+            if probe.connect_ex((args.host, int(busy))) == 0:
+                log(f"port {busy} is still served: started too early")
+                sys.exit(5)
     state = State(args)
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))

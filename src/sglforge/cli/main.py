@@ -36,11 +36,13 @@ from sglforge.cli import (  # verbs
     smoke,
     sources,
 )
+from sglforge.cli import receipt  # verbs `receipt`, `reference` (issue 24)
 from sglforge.inputs.project import Project, find_project
 from sglforge.inputs.settings import Settings, load_settings
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, preflight)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt,
+                preflight)
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"

@@ -23,7 +23,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lock", type=Path, default=None,
                    help="hash-pinned set to publish (default: <project>/lockfiles/wheels.lock)")
     p.add_argument("--wheels-dir", type=Path, default=None, help="default: <project>/wheels")
+    p.add_argument("--channel", default=None, metavar="NAME",
+                   help="publish into DEST/NAME, an entry channel of channels.toml (e.g. "
+                        "candidate); promoted channels are filled by `promote` only")
+    p.add_argument("--channels", type=Path, default=None, metavar="FILE",
+                   help="channel definitions (default: <project>/channels.toml)")
     p.set_defaults(func=run_publish)
+
+    p = subparsers.add_parser(
+        "promote", help="copy exactly the wheels a qualification receipt names from one channel "
+                        "of DEST into another (same bytes, sha256 checked), if the receipt "
+                        "passed what that channel requires")
+    p.add_argument("dest", metavar="DEST", help="the index root holding the channel indexes")
+    p.add_argument("--receipt", type=Path, required=True, metavar="RECEIPT")
+    p.add_argument("--to", required=True, metavar="CHANNEL")
+    p.add_argument("--channels", type=Path, default=None, metavar="FILE",
+                   help="channel definitions (default: <project>/channels.toml)")
+    p.add_argument("--allowed-signers", type=Path, default=None, metavar="FILE",
+                   help="verify the receipt's signature against this file instead of the "
+                        "channel's allowed-signers")
+    p.set_defaults(func=run_promote)
 
 
 def run_publish(args: argparse.Namespace, ctx) -> int:
@@ -32,7 +51,14 @@ def run_publish(args: argparse.Namespace, ctx) -> int:
     from sglforge.wheel import index
 
     project = ctx.project
-    target = index.open_target(args.dest)
+    dest = args.dest
+    if args.channel is not None:  # issue 24: DEST/<channel>, an entry channel only
+        from sglforge.wheel import channels
+
+        path = args.channels or project.root / channels.CHANNELS_FILE
+        dest = channels.publish_dest(dest, channels.load_channels(path, project.root),
+                                     args.channel, path)
+    target = index.open_target(dest)
     files, left_out = index.stack_files(args.wheels_dir or project.wheels_dir,
                                         args.lock or project.wheels_lock,
                                         tuple(args.wheelhouse), runtime=not args.ours_only)
@@ -45,4 +71,22 @@ def run_publish(args: argparse.Namespace, ctx) -> int:
     if left_out:
         print(f"publish: --ours-only: the lock's {left_out} third-party pins are not in this "
               "index")
+    return 0
+
+
+def run_promote(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+    from sglforge.base.errors import SglforgeError
+    from sglforge.wheel import channels
+
+    project = ctx.project
+    if "://" in args.dest:
+        raise SglforgeError(f"{args.dest}: promote works on a local index directory")
+    path = args.channels or project.root / channels.CHANNELS_FILE
+    done = channels.promote(Path(args.dest), args.receipt, args.to,
+                            channels.load_channels(path, project.root), path,
+                            allowed_signers=args.allowed_signers)
+    signed = f"; signature by {done.signed_by!r} verified" if done.signed_by else ""
+    print(f"promote: {args.receipt} -> {args.dest}/{done.channel}: "
+          f"{len(done.published.added)} files added, {done.published.present} already there"
+          f"{signed}; receipt kept as {done.receipt_copy}")
     return 0

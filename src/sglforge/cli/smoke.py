@@ -40,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--index-url", default=None, help="index for third-party pins in the lock")
     p.add_argument("--dry-run", action="store_true",
                    help="print the exact commands and environment; start nothing")
+    p.add_argument("--record-reference", type=Path, default=None, metavar="FILE",
+                   help="write the greedy token ids and top-k logprobs of the profile's "
+                        "prompts, with the model's identity and the stack, to FILE")
+    p.add_argument("--reference", type=Path, default=None, metavar="FILE",
+                   help="compare this run with a recorded reference (top-1 match, top-k "
+                        "overlap, logprob difference; thresholds from the profile)")
+    p.add_argument("--sign-key", type=Path, default=None, metavar="KEY",
+                   help="sign receipt.json with this SSH private key (ssh-keygen -Y sign)")
     p.set_defaults(func=run_smoke_verb)
 
     p = subparsers.add_parser(
@@ -96,10 +104,21 @@ def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
             raise SglforgeError(f"--python {args.python}: not an executable file")
     elif venv is not None and not (wheels_dir / "manifest.json").exists():
         python = venv / "bin" / "python"  # an existing env, not one the smoke installed
+    lock = (args.lock or project.wheels_lock).resolve()
     return SmokeOptions(
         profile=profile, project_root=project.root, run_dir=run_dir, wheels_dir=wheels_dir,
-        lock=(args.lock or project.wheels_lock).resolve(), reuse_venv=None if python else venv,
-        existing_python=python, tiny_model=tiny)
+        lock=lock, reuse_venv=None if python else venv,
+        existing_python=python, tiny_model=tiny,
+        # Qualification (issue 24). With --python the lock is read only when named: it is
+        # then the environment's wheel set, bound into the receipt.
+        record_reference=_abs(getattr(args, "record_reference", None)),
+        reference=_abs(getattr(args, "reference", None)),
+        sign_key=_abs(getattr(args, "sign_key", None)),
+        receipt_lock=lock if (args.lock or not python) else None)
+
+
+def _abs(path: Path | None) -> Path | None:
+    return Path(os.path.abspath(path)) if path is not None else None
 
 
 def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001

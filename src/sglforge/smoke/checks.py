@@ -16,6 +16,7 @@ from typing import Any
 
 from sglforge.smoke import http
 from sglforge.smoke.profile import ChecksSpec
+from sglforge.smoke.qualprofile import EquivalenceSpec
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class CheckContext:
     router_url: str
     spec: ChecksSpec
     timeout: float  # per request
+    # Qualification (issue 24): the colocated server `equivalence` compares the pair with.
+    colocated_url: str | None = None
+    equivalence: EquivalenceSpec | None = None
 
 
 @dataclass
@@ -32,6 +36,11 @@ class CheckResult:
     detail: str
     seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
+    # Qualification (issue 24): what the result is judged against and the measured value (for
+    # the receipt), and whether a failure fails the smoke (a gate may be reported only).
+    threshold: Any = None
+    value: Any = None
+    enforced: bool = True
 
 
 def _generate_payload(text: str, max_new_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -218,7 +227,12 @@ CHECK_FUNCTIONS: dict[str, Callable[[CheckContext], CheckResult]] = {
 def run_check(name: str, ctx: CheckContext) -> CheckResult:
     start = time.monotonic()
     try:
-        result = CHECK_FUNCTIONS[name](ctx)
+        if name == "equivalence":  # its module builds on this one
+            from sglforge.smoke.equivalence import check_equivalence
+
+            result = check_equivalence(ctx)
+        else:
+            result = CHECK_FUNCTIONS[name](ctx)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         result = CheckResult(name, False, f"check raised {type(exc).__name__}: {exc}")
     result.seconds = round(time.monotonic() - start, 4)

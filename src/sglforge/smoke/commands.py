@@ -38,14 +38,19 @@ class LaunchPlan:
     prefill: LaunchCommand
     decode: LaunchCommand
     router: LaunchCommand
+    colocated: LaunchCommand | None = None  # the non-PD server `equivalence` compares with
+    colocated_after_pair: bool = False  # started once the pair and router are stopped
 
     @property
-    def servers(self) -> tuple[LaunchCommand, LaunchCommand]:
-        return (self.prefill, self.decode)
+    def servers(self) -> tuple[LaunchCommand, ...]:
+        """The servers started together, before the router."""
+        with_pair = self.colocated is not None and not self.colocated_after_pair
+        return (self.prefill, self.decode) + ((self.colocated,) if with_pair else ())
 
     @property
-    def all(self) -> tuple[LaunchCommand, LaunchCommand, LaunchCommand]:
-        return (self.prefill, self.decode, self.router)
+    def all(self) -> tuple[LaunchCommand, ...]:
+        later = (self.colocated,) if self.colocated and self.colocated_after_pair else ()
+        return (*self.servers, self.router, *later)
 
 
 def build_launch_plan(profile: SmokeProfile, python: Path, run_dir: Path,
@@ -67,7 +72,34 @@ def build_launch_plan(profile: SmokeProfile, python: Path, run_dir: Path,
         log=logs / "router.log", url=f"http://{profile.host}:{profile.router.port}",
         summary=f"router: port {profile.router.port}, prefill {prefill.url} (bootstrap "
                 f"{profile.prefill.bootstrap_port}), decode {decode.url}")
-    return LaunchPlan(prefill=prefill, decode=decode, router=router)
+    colocated = (_colocated(profile, values, logs) if profile.colocated is not None
+                 and "equivalence" in profile.checks.run else None)
+    return LaunchPlan(prefill=prefill, decode=decode, router=router, colocated=colocated,
+                      colocated_after_pair=bool(colocated and profile.colocated.after_pair))
+
+
+def _colocated(profile: SmokeProfile, values: dict[str, str], logs: Path) -> LaunchCommand:
+    """One ordinary server: the same launcher, model and shared arguments as the pair, no
+    --disaggregation-* (issue 24: what PD must reproduce token for token)."""
+    spec = profile.colocated
+    assert spec is not None
+    argv: list[str] = []
+    if profile.numa_binding and spec.numa_node is not None:
+        argv += ["numactl", f"--cpunodebind={spec.numa_node}", f"--membind={spec.numa_node}"]
+    argv += [expand(a, values) for a in profile.server.command]
+    argv += ["--model-path", profile.model, "--host", profile.host, "--port", str(spec.port),
+             "--tp", str(spec.tp)]
+    argv += [expand(a, values) for a in profile.server.args]
+    argv += [expand(a, values) for a in spec.args]
+    env = {k: expand(v, values) for k, v in profile.server.env.items()}
+    env.update({k: expand(v, values) for k, v in spec.env})
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+    return LaunchCommand(
+        role="colocated", argv=tuple(argv), env=env, log=logs / "colocated.log",
+        url=f"http://{profile.host}:{spec.port}",
+        summary=f"colocated (non-PD) server: GPUs {','.join(map(str, spec.gpus))}, TP "
+                f"{spec.tp}, port {spec.port}"
+                + (", started after the pair and router stop" if spec.after_pair else ""))
 
 
 def _server(profile: SmokeProfile, role: RoleSpec, values: dict[str, str],

@@ -113,6 +113,13 @@ class ProcessSet:
     def dead(self) -> list[ManagedProcess]:
         return [p for p in self.processes if p.exit_status() is not None]
 
+    def stop_current(self) -> TeardownResult:
+        """Tear down what runs now and start afresh (the colocated server of `equivalence`
+        follows the pair on its GPU); a later `teardown` covers what is started after."""
+        result = self.teardown()
+        self.processes, self.teardown_result = [], None
+        return result
+
     def teardown(self) -> TeardownResult:
         """SIGTERM every session, wait `grace`, SIGKILL what is left, verify nothing survives.
 

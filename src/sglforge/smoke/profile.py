@@ -17,11 +17,14 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml, tomllib
+from sglforge.smoke import qualprofile
+from sglforge.smoke.qualprofile import ColocatedSpec, EquivalenceSpec, GatesSpec, ReferenceSpec
 
 PLACEHOLDERS = ("python", "model", "run_dir", "project")
 # SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).
 TRANSFER_BACKENDS = ("nixl", "mooncake", "ascend", "mori", "fake")
-CHECKS = ("generate", "logprobs", "stream", "concurrent", "needle")
+CHECKS = ("generate", "logprobs", "stream", "concurrent", "needle", "equivalence")
+DEFAULT_CHECKS = CHECKS[:5]  # equivalence needs a [colocated] server, so it is opted into
 ROLES = ("prefill", "decode")
 # Bounds of numeric settings: beyond them a value is a typo or an attack, not a deployment.
 PORT_MAX = 65535
@@ -118,6 +121,13 @@ class SmokeProfile:
     timeouts: Timeouts
     checks: ChecksSpec
     share_gpus: bool = False  # prefill and decode may list the same GPUs (1-GPU hosts)
+    # Qualification (issue 24, smoke/qualprofile.py): the colocated server of `equivalence`,
+    # its prompts, the `--reference` thresholds, acceptance gates, stated limitations.
+    colocated: ColocatedSpec | None = None
+    equivalence: EquivalenceSpec | None = None
+    reference: ReferenceSpec | None = None
+    gates: GatesSpec = field(default_factory=GatesSpec)
+    limitations: tuple[str, ...] = ()
 
     @property
     def tiny_model(self) -> bool:
@@ -133,6 +143,8 @@ class SmokeProfile:
                  self.router.port: "router port"}
         if self.prefill.bootstrap_port is not None:
             ports[self.prefill.bootstrap_port] = "prefill bootstrap port"
+        if self.colocated is not None:
+            ports[self.colocated.port] = "colocated HTTP port"
         return ports
 
     def with_model(self, model: str | None) -> SmokeProfile:
@@ -238,7 +250,7 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     t.finish()
 
     c = sub("checks")
-    run = tuple(c.str_list("run") or CHECKS)
+    run = tuple(c.str_list("run") or DEFAULT_CHECKS)
     for name in run:
         if name not in CHECKS:
             c.error("run", f"unknown check {name!r}; known: {', '.join(CHECKS)}")
@@ -254,24 +266,58 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         max_new_tokens=c.int("max-new-tokens", minimum=1, maximum=MAX_NEW_TOKENS) or 16,
         concurrency=c.int("concurrency", minimum=1, maximum=MAX_CONCURRENCY) or 16,
         needle_lengths=lengths, needle_must_recall=must, words_per_token=words_per_token)
+    equivalence = qualprofile.read_equivalence(c, words_per_token)
+    reference = qualprofile.read_reference(c)
     c.finish()
+    colocated, gates, limitations = _qualification(top, sub, problems, project_root, locate_in,
+                                                   run, roles, share_gpus)
     top.finish()
 
     ports: dict[int, str] = {}
     for where, port in (("[prefill] port", roles["prefill"].port),
                         ("[prefill] bootstrap-port", roles["prefill"].bootstrap_port),
-                        ("[decode] port", roles["decode"].port), ("[router] port", router.port)):
+                        ("[decode] port", roles["decode"].port), ("[router] port", router.port),
+                        ("[colocated] port", colocated.port if colocated else None)):
         if port and port in ports:
             problems.add(f"{where} = {port} is also {ports[port]}; every port must differ")
         elif port:
             ports[port] = where
-    _check_placeholders(problems, server, roles.values(), router)
+    _check_placeholders(problems, server, roles.values(), router, colocated)
     problems.raise_if_any()
     return SmokeProfile(
         name=path.stem, path=path, description=description, model=model, backend=backend,
         host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
         server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
-        timeouts=timeouts, checks=checks, share_gpus=share_gpus)
+        timeouts=timeouts, checks=checks, share_gpus=share_gpus, colocated=colocated,
+        equivalence=equivalence, reference=reference, gates=gates, limitations=limitations)
+
+
+def _qualification(top: TableReader, sub, problems: Problems, project_root: Path,  # noqa: ANN001
+                   locate_in, run: tuple[str, ...], roles: dict[str, RoleSpec],  # noqa: ANN001
+                   share_gpus: bool):  # noqa: ANN202
+    """[colocated], [gates.*] and `limitations` (qualprofile.py), with their cross-checks."""
+    colocated = None
+    if "colocated" in top.data:
+        colocated = qualprofile.read_colocated(sub("colocated"))
+        for name in (n for n, _ in colocated.env if not ENV_NAME.fullmatch(n)):
+            problems.add(f"[colocated] env, key {name[:80]!r}: not an environment variable "
+                         "name (letters, digits and '_', not starting with a digit)")
+        pair = set(roles["prefill"].gpus) | set(roles["decode"].gpus)
+        if set(colocated.gpus) & pair and not share_gpus:
+            problems.add(f"[colocated] gpus {list(colocated.gpus)} are also the PD pair's; give "
+                         "it its own GPUs, or set share-gpus = true (with a "
+                         "--mem-fraction-static per server that leaves room for the others)")
+    elif "equivalence" in run:
+        problems.add("[checks] run lists 'equivalence' but the profile has no [colocated] "
+                     "server to compare the PD pair with")
+    gates = GatesSpec()
+    if "gates" in top.data:
+        table = top.table("gates") or {}
+        gates = qualprofile.read_gates(
+            TableReader(table, problems, "[gates]", locate_in("gates")), problems,
+            project_root, locate_in)
+    limitations = tuple(top.str_list("limitations") or [])
+    return colocated, gates, limitations
 
 
 # A POSIX environment variable name: anything else cannot be set by `NAME=value cmd` (a '='
@@ -309,9 +355,13 @@ def _seconds(reader: TableReader, key: str, default: float) -> float:
     return reader.number(key, default=default, maximum=MAX_SECONDS)
 
 
-def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: RouterSpec) -> None:  # noqa: ANN001
+def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: RouterSpec,  # noqa: ANN001
+                        colocated: ColocatedSpec | None = None) -> None:
     """Unknown `{name}` in commands/args/env is a typo that would otherwise reach a server."""
     places: list[tuple[str, str]] = []
+    if colocated is not None:
+        places += [("[colocated] args", s) for s in colocated.args]
+        places += [(f"[colocated] env {k}", v) for k, v in colocated.env]
     places += [("[server] command", s) for s in server.command]
     places += [("[server] args", s) for s in server.args]
     places += [(f"[server] env {k}", v) for k, v in server.env.items()]

@@ -21,7 +21,7 @@ from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: lik
     signals_as_exceptions,
 )
 from sglforge.base.steps import StepRecord, Steps
-from sglforge.smoke import doctor
+from sglforge.smoke import doctor, equivalence, qualify
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.environment import probe_environment
@@ -55,6 +55,13 @@ class SmokeOptions:
     # installed there, and the doctor checks that environment.
     existing_python: Path | None = None
     tiny_model: bool = False  # generate the profile's model (`model = "tiny"`) into run_dir
+    # Qualification (issue 24): record the run's greedy ids/top-k logprobs as a reference,
+    # compare with one, sign the receipt; the lock the receipt binds (None with --python
+    # unless --lock names the environment's lock).
+    record_reference: Path | None = None
+    reference: Path | None = None
+    sign_key: Path | None = None
+    receipt_lock: Path | None = None
 
     @property
     def venv(self) -> Path:
@@ -117,8 +124,11 @@ def dry_run_text(opts: SmokeOptions) -> str:
                   f"# ready: GET {command.url}/health within {t.health:g} s, then "
                   f"GET {command.url}/health_generate within {t.health_generate:g} s"]
     lines += ["", f"# {launch.router.summary}", launch.router.shell(),
-              f"# ready: GET {launch.router.url}{p.router.ready_path} within {t.router:g} s",
-              "", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
+              f"# ready: GET {launch.router.url}{p.router.ready_path} within {t.router:g} s"]
+    if launch.colocated is not None and launch.colocated_after_pair:  # issue 24
+        lines += ["", f"# {launch.colocated.summary} (after the checks through the router)",
+                  launch.colocated.shell()]
+    lines += ["", f"## 4. checks through {launch.router.url}: {', '.join(p.checks.run)}",
               f"# needle lengths {list(p.checks.needle_lengths)} tokens; must recall "
               f"{list(p.checks.needle_must_recall)}; concurrency {p.checks.concurrency}",
               "", f"## 5. report: {opts.run_dir}/smoke-report.json and smoke-summary.txt",
@@ -155,24 +165,27 @@ class _Stages(Steps):
 def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     profile = opts.profile
     run_dir = opts.run_dir
-    for stale in ("logs", "smoke-report.json", "smoke-summary.txt", "processes.json"):
+    started = time.monotonic()
+    for stale in ("logs", "smoke-report.json", "smoke-summary.txt", "processes.json",
+                  "receipt.json", "receipt.json.sig"):
         remove_tree(run_dir / stale)
     run_dir.mkdir(parents=True, exist_ok=True)
     report = SmokeReport(profile=profile.name, profile_path=str(profile.path),
                          model=profile.model, backend=profile.backend, run_dir=str(run_dir))
+    qual = qualify.RunFacts()
     steps = _Stages(report, out, err)
     processes = ProcessSet(grace=profile.timeouts.teardown)
     code = EXIT_FAIL
     try:
         with signals_as_exceptions():
             try:
-                code = _pipeline(opts, report, steps, processes)
+                code = _pipeline(opts, report, steps, processes, qual)
             finally:
                 # Tear down before any printing: output can fail (a closed pipe) and must
                 # never stand between us and GPUs held by orphaned servers.
                 if processes.processes:
                     result = processes.teardown()
-                    report.teardown = {"signalled": result.signalled,
+                    report.teardown = {**report.teardown, "signalled": result.signalled,
                                        "survivors": result.survivors,
                                        "seconds": round(result.seconds, 3)}
                     steps.say(f"teardown: {result.signalled} in {result.seconds:.1f} s")
@@ -192,8 +205,15 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
     if report.result == "running":
         report.result = "pass" if code == EXIT_PASS else "fail"
     report_path, summary_path = report.write(run_dir)
+    receipt_line = ""
+    try:
+        receipt = qualify.write_run_receipt(opts, report, qual, time.monotonic() - started)
+        receipt_line = f"\nreceipt: {receipt}" + (" (signed)" if opts.sign_key else "")
+    except SglforgeError as exc:  # the report stands; a receipt that cannot be made fails
+        _safe_print(f"error: no receipt: {exc}", err)
+        code = EXIT_FAIL if code == EXIT_PASS else code
     _safe_print("\n" + report.summary_text() + f"\nreport: {report_path}\nsummary: "
-                f"{summary_path}", out)
+                f"{summary_path}" + receipt_line, out)
     return code
 
 
@@ -215,15 +235,20 @@ def _print_failure(failure: Failure, err: TextIO) -> None:
 
 
 def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
-              processes: ProcessSet) -> int:
+              processes: ProcessSet, qual: qualify.RunFacts) -> int:
     profile = opts.profile
     wheelset: WheelSet | None = None
     env = None
+    try:  # inputs of the qualification, read before minutes of server start-up
+        qualify.prepare(opts, qual)
+    except SglforgeError as exc:
+        raise SmokeFailed(Failure("qualification inputs", str(exc))) from None
     if opts.existing_python:
         with steps.step("environment") as detail:
             env = probe_environment(opts.existing_python)
             report.versions = env.versions()
             report.environment = env.summary()
+            qual.environment = env
             built = [p.name for p in env.built_by_sglforge()]
             detail.append(f"{opts.existing_python}: {len(env.packages)} stack packages, built "
                           f"by sglforge: {', '.join(built) or 'none'}")
@@ -242,6 +267,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         if opts.tiny_model:  # generated after the doctor, into the run directory
             facts = replace(facts, model_exists=None)
         report.host.update(_host_summary(facts))
+        qual.facts = facts
         _judge(profile, wheelset, facts, report, steps, detail)
 
     with steps.step("install") as detail:
@@ -310,9 +336,17 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             waited = wait_ready(processes, router, profile.router.ready_path, timeouts.router)
             detail.append(f"ready after {waited:.1f} s")
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
-                           timeout=timeouts.request)
+                           timeout=timeouts.request, equivalence=profile.equivalence,
+                           colocated_url=plan.colocated.url if plan.colocated else None)
+        pair_answers = None  # equivalence with the colocated server after the pair
         with steps.step("checks") as detail:
             for name in profile.checks.run:
+                if name == "equivalence" and plan.colocated_after_pair:
+                    pair_answers = equivalence.collect(plan.router.url, profile.equivalence,
+                                                       timeouts.request)
+                    steps.say("check equivalence: the pair's answers are kept; the colocated "
+                              "server starts once the pair is stopped")
+                    continue
                 result = run_check(name, ctx)
                 report.checks.append(result)
                 steps.say(f"check {name}: {'pass' if result.passed else 'FAIL'} — "
@@ -322,9 +356,19 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                 if not result.passed:
                     processes.wait_for_any_exit(seconds=2.0)
                 processes.check_alive(f"check '{name}'")
-            failed = [c.name for c in report.checks if not c.passed]
+            for result in qualify.run_qualification(opts, ctx, qual):
+                report.checks.append(result)
+                mark = "pass" if result.passed else ("FAIL" if result.enforced
+                                                     else "fail (not enforced)")
+                steps.say(f"{result.name}: {mark} — {result.detail}")
+                processes.check_alive(f"check '{result.name}'")
+            failed = [c.name for c in report.checks if not c.passed and c.enforced]
             detail.append(f"{len(report.checks) - len(failed)} passed"
                           + (f", failed: {', '.join(failed)}" if failed else ""))
+        if pair_answers is not None:
+            result = _equivalence_after_pair(opts, plan, processes, report, steps, pair_answers)
+            report.checks.append(result)
+            failed += [] if result.passed else [result.name]
         if failed:
             report.failure = Failure("checks", f"check(s) failed: {', '.join(failed)}")
             _print_failure(report.failure, steps.err)
@@ -344,6 +388,40 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             stage="readiness", message=str(exc), process=process.role,
             exit=process.describe_exit(), log=str(process.command.log),
             log_tail=log_tail(process.command.log))) from None
+
+
+def _equivalence_after_pair(opts: SmokeOptions, plan: LaunchPlan, processes: ProcessSet,
+                            report: SmokeReport, steps: _Stages, pair_answers: list):  # noqa: ANN202
+    """`[colocated] start = "after-pair"`: stop the pair and router, start the colocated
+    server on the GPU they freed, ask it the same prompts, compare with the kept answers."""
+    profile = opts.profile
+    timeouts = profile.timeouts
+    assert plan.colocated is not None
+    with steps.step("colocated") as detail:
+        stopped = processes.stop_current()
+        report.teardown["before_colocated"] = {"signalled": stopped.signalled,
+                                               "survivors": stopped.survivors,
+                                               "seconds": round(stopped.seconds, 3)}
+        if stopped.survivors:
+            raise SmokeFailed(Failure("colocated", "the pair did not stop before the colocated "
+                                      f"server: survivors {stopped.survivors}"))
+        detail.append(f"pair and router stopped in {stopped.seconds:.1f} s")
+        steps.say(f"starting {plan.colocated.summary}")
+        process = processes.start(plan.colocated)
+        report.processes.append({"role": "colocated", "pid": process.popen.pid,
+                                 "pgid": process.pgid, "argv": list(plan.colocated.argv),
+                                 "env": plan.colocated.env, "log": str(plan.colocated.log)})
+        _write_processes(opts.run_dir, report)
+        for endpoint, seconds in (("/health", timeouts.health),
+                                  ("/health_generate", timeouts.health_generate)):
+            waited = wait_ready(processes, process, endpoint, seconds)
+            detail.append(f"{endpoint} after {waited:.1f} s")
+        start = time.monotonic()
+        answers = equivalence.collect(plan.colocated.url, profile.equivalence, timeouts.request)
+        result = equivalence.compare(pair_answers, answers, profile.equivalence)
+        result.seconds = round(time.monotonic() - start, 4)
+        steps.say(f"check equivalence: {'pass' if result.passed else 'FAIL'} — {result.detail}")
+    return result
 
 
 def _stack_check(opts: SmokeOptions, steps: _Stages, detail: list[str]) -> None:

@@ -1,0 +1,275 @@
+"""A qualification receipt (issue 24): what one smoke run proved, bound to the exact wheels.
+
+Every smoke run writes `receipt.json` beside its report: the wheel set (the hash-pinned lock's
+text and its sha256, every pinned wheel with its sha256), the host (GPUs with compute
+capability, driver, CUDA, the NUMA layout the servers were bound to), the profile and its
+sha256, the model's identity (identity.py), every check with its threshold, value and result,
+the duration, and explicit limitations (the profile's own, plus those the run knows: a tiny
+random model, an environment not bound to a lock, a failed or skipped check).
+
+`receipt.json` may be signed with an SSH key (`ssh-keygen -Y sign`, namespace
+`sglforge-receipt`, no network): `receipt.json.sig` beside it.
+
+`verify_receipt` answers "does this receipt belong to exactly these wheels?": its lock text
+hashes to its wheel-set digest, its wheel list is that lock's pins, every pin has a wheel in
+the given directories whose sha256 the pin allows, and no wheel there is foreign to the
+receipt or carries other bytes than the pin allows (a tampered wheel). With allowed signers,
+the signature must verify too. `promote` (wheel/channels.py) builds on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.fs import atomic_write_text, sha256_file
+from sglforge.base.requirements import PinnedRequirement, parse_pinned
+
+RECEIPT_NAME = "receipt.json"
+KIND = "sglforge-qualification-receipt"
+SCHEMA = 1
+NAMESPACE = "sglforge-receipt"  # ssh-keygen -Y namespace: a receipt signature is for receipts
+MAX_RECEIPT_BYTES = 16 << 20
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+def wheel_set(lock: Path | None, wheel_dirs: tuple[Path, ...] = ()) -> dict[str, Any] | None:
+    """The receipt's wheel set: the lock's text, its sha256, and per pin the allowed sha256s
+    and (where one of `wheel_dirs` holds it) the file."""
+    if lock is None:
+        return None
+    data = lock.read_bytes()
+    pins, problems = parse_pinned(data.decode("utf-8", errors="replace"))
+    if problems:
+        raise ConfigErrors(lock, problems)
+    files = _wheels_in(wheel_dirs)
+    wheels = []
+    for pin in pins:
+        entry: dict[str, Any] = {"name": pin.name, "version": pin.version,
+                                 "sha256": list(pin.hashes)}
+        found = [f for f in files if f.project == pin.name and f.sha256 in pin.hashes]
+        if found:
+            entry["file"] = found[0].path.name
+        wheels.append(entry)
+    return {"lock": lock.name, "digest": hashlib.sha256(data).hexdigest(),
+            "lock_text": data.decode("utf-8", errors="replace"), "wheels": wheels}
+
+
+def check_entry(result: Any) -> dict[str, Any]:  # a checks.CheckResult
+    return {"name": result.name, "passed": result.passed,
+            "enforced": getattr(result, "enforced", True),
+            "threshold": getattr(result, "threshold", None),
+            "value": getattr(result, "value", None), "detail": result.detail,
+            "seconds": result.seconds}
+
+
+def gates_passed(checks: list[dict[str, Any]], result: str) -> bool:
+    return result == "pass" and all(c["passed"] or not c["enforced"] for c in checks)
+
+
+def build_receipt(*, report: Any, profile: Any, wheels: dict | None, model: dict | None,
+                  host: dict, duration: float, limitations: list[str],
+                  stack_origins: dict | None = None) -> dict[str, Any]:
+    checks = [check_entry(c) for c in report.checks]
+    profile_bytes = Path(profile.path).read_bytes() if Path(profile.path).is_file() else b""
+    return {
+        "kind": KIND, "schema": SCHEMA, "started": report.started,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration_s": round(duration, 3), "result": report.result,
+        "gates_passed": gates_passed(checks, report.result),
+        "failure": report.failure.message if report.failure else None,
+        "wheel_set": wheels, "stack": report.versions, "stack_origins": stack_origins,
+        "host": host,
+        "profile": {"name": profile.name, "path": str(profile.path),
+                    "sha256": hashlib.sha256(profile_bytes).hexdigest()},
+        "model": model, "checks": checks, "limitations": limitations}
+
+
+def write_receipt(run_dir: Path, receipt: dict[str, Any],
+                  sign_key: Path | None = None) -> Path:
+    path = run_dir / RECEIPT_NAME
+    for stale in (path, path.with_name(path.name + ".sig")):
+        stale.unlink(missing_ok=True)
+    atomic_write_text(path, json.dumps(receipt, indent=2, default=str) + "\n")
+    if sign_key is not None:
+        sign(path, sign_key)
+    return path
+
+
+def sign(path: Path, key: Path) -> Path:
+    """`ssh-keygen -Y sign`: RECEIPT.sig beside it (no network, no agent needed)."""
+    keygen = shutil.which("ssh-keygen")
+    if keygen is None:
+        raise SglforgeError("ssh-keygen not found: cannot sign the receipt",
+                            hint="install openssh-client, or run without --sign-key")
+    out = subprocess.run([keygen, "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(path)],
+                         capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    sig = path.with_name(path.name + ".sig")
+    if out.returncode != 0 or not sig.is_file():
+        raise SglforgeError(f"signing {path} with {key} failed: "
+                            f"{(out.stderr or out.stdout).strip()[:300]}")
+    return sig
+
+
+# -- reading and verifying -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WheelFile:
+    path: Path
+    project: str
+    version: str
+    sha256: str
+
+
+def _wheels_in(dirs: tuple[Path, ...]) -> list[WheelFile]:
+    from sglforge.wheel.index import check_filename
+
+    found = []
+    for directory in dirs:
+        for path in sorted(directory.glob("*.whl")):
+            project, version = check_filename(path.name)
+            found.append(WheelFile(path, project, version, sha256_file(path)))
+    return found
+
+
+@dataclass(frozen=True)
+class Receipt:
+    path: Path
+    data: dict[str, Any]
+    pins: tuple[PinnedRequirement, ...]
+    signature: Path | None
+
+    @property
+    def digest(self) -> str:
+        return self.data["wheel_set"]["digest"]
+
+    def check(self, name: str) -> dict[str, Any] | None:
+        return next((c for c in self.data["checks"] if c.get("name") == name), None)
+
+
+def load_receipt(path: Path) -> Receipt:
+    """Read a receipt and check it is self-consistent: its lock text hashes to its digest and
+    its wheel list is exactly that lock's pins."""
+    def bad(what: str) -> SglforgeError:
+        return SglforgeError(f"{path}: {what}")
+
+    try:
+        if path.stat().st_size > MAX_RECEIPT_BYTES:
+            raise bad(f"larger than {MAX_RECEIPT_BYTES >> 20} MiB")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise bad(f"cannot read ({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise bad(f"invalid JSON ({str(exc).split(';')[0]})") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise bad(f"not a {KIND}")
+    if data.get("schema") != SCHEMA:
+        raise bad(f"schema {data.get('schema')!r}; this sglforge reads {SCHEMA}")
+    if not isinstance(data.get("checks"), list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str)
+            and isinstance(c.get("passed"), bool) for c in data["checks"]):
+        raise bad("'checks' must be a list of {name, passed, ...}")
+    ws = data.get("wheel_set")
+    if ws is None:
+        raise bad("names no wheel set (the run was not given a lock): it qualifies no wheels")
+    if not isinstance(ws, dict) or not all(isinstance(ws.get(k), str)
+                                           for k in ("digest", "lock_text")) \
+            or not isinstance(ws.get("wheels"), list):
+        raise bad("'wheel_set' needs 'digest', 'lock_text' and 'wheels'")
+    actual = hashlib.sha256(ws["lock_text"].encode()).hexdigest()
+    if actual != ws["digest"]:
+        raise bad(f"wheel_set.lock_text hashes to {actual}, not the recorded digest "
+                  f"{ws['digest']}: the receipt was edited")
+    pins, problems = parse_pinned(ws["lock_text"])
+    if problems:
+        raise ConfigErrors(f"{path}: wheel_set.lock_text", problems)
+    listed = {(w.get("name"), w.get("version"), tuple(w.get("sha256") or ()))
+              for w in ws["wheels"] if isinstance(w, dict)}
+    pinned = {(p.name, p.version, tuple(p.hashes)) for p in pins}
+    if listed != pinned:
+        raise bad("wheel_set.wheels is not the lock's pins (the receipt was edited)")
+    sig = path.with_name(path.name + ".sig")
+    return Receipt(path=path, data=data, pins=tuple(pins),
+                   signature=sig if sig.is_file() else None)
+
+
+@dataclass
+class Verified:
+    receipt: Receipt
+    files: list[WheelFile] = field(default_factory=list)  # the wheels the receipt names
+    signed_by: str | None = None
+
+
+def verify_signature(receipt: Receipt, allowed_signers: Path, identity: str) -> str:
+    if receipt.signature is None:
+        raise SglforgeError(f"{receipt.path}: not signed (no {receipt.path.name}.sig), and a "
+                            "signature is required")
+    keygen = shutil.which("ssh-keygen")
+    if keygen is None:
+        raise SglforgeError("ssh-keygen not found: cannot verify the receipt's signature")
+    with open(receipt.path, "rb") as message:
+        out = subprocess.run([keygen, "-Y", "verify", "-f", str(allowed_signers), "-I", identity,
+                              "-n", NAMESPACE, "-s", str(receipt.signature)], stdin=message,
+                             capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SglforgeError(f"{receipt.signature}: signature does not verify for {identity!r} "
+                            f"with {allowed_signers}: "
+                            f"{(out.stderr or out.stdout).strip()[:300]}")
+    return identity
+
+
+def match_wheels(receipt: Receipt, files: list[WheelFile], where: str) -> list[WheelFile]:
+    """The files that are the receipt's wheels; anything else there is a problem."""
+    problems = []
+    by_project = {p.name: p for p in receipt.pins}
+    chosen: list[WheelFile] = []
+    for f in files:
+        pin = by_project.get(f.project)
+        if pin is None:
+            problems.append(f"{f.path.name}: not in the receipt's wheel set")
+        elif f.version != pin.version and not _same_version(f.version, pin.version):
+            problems.append(f"{f.path.name}: version {f.version}, the receipt pins "
+                            f"{pin.version}")
+        elif f.sha256 not in pin.hashes:
+            problems.append(f"{f.path.name}: sha256 {f.sha256} is not the receipt's "
+                            f"({', '.join(pin.hashes)}): not the qualified bytes")
+        else:
+            chosen.append(f)
+    have = {f.project for f in chosen}
+    problems += [f"{p.name}=={p.version}: no wheel with sha256 {p.hashes[0]} in {where}"
+                 for p in receipt.pins if p.name not in have]
+    if problems:
+        raise ConfigErrors(f"{receipt.path} against {where}", problems)
+    return chosen
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return False
+
+
+def verify_receipt(path: Path, wheel_dirs: tuple[Path, ...], *,
+                   allowed_signers: Path | None = None,
+                   identity: str | None = None) -> Verified:
+    receipt = load_receipt(path)
+    signed_by = None
+    if allowed_signers is not None:
+        signed_by = verify_signature(receipt, allowed_signers, identity or "sglforge")
+    for directory in wheel_dirs:
+        if not directory.is_dir():
+            raise SglforgeError(f"--wheels {directory}: not a directory")
+    where = ", ".join(map(str, wheel_dirs))
+    files = match_wheels(receipt, _wheels_in(wheel_dirs), where)
+    return Verified(receipt=receipt, files=files, signed_by=signed_by)

@@ -1,0 +1,189 @@
+"""Channels and promotion without rebuild (issue 24).
+
+An index root holds one PEP 503 index per channel (`DEST/<channel>/simple`, `.../files`,
+written by wheel/index.py). `channels.toml` in the project says what each channel is:
+
+    [candidate]                  # an entry channel: `sglforge publish DEST --channel candidate`
+
+    [stable]
+    from = "candidate"           # filled only by `sglforge promote`, from this channel
+    require-checks = ["equivalence", "reference"]   # must be in the receipt, and passed
+    require-signature = true     # the receipt's .sig must verify ...
+    allowed-signers = "keys/allowed_signers"        # ... against this file (project-relative)
+    identity = "sglforge-qualification"
+
+`promote --receipt R --to stable` copies exactly the wheels receipt R names from the `from`
+channel's index into the target channel's index: the same bytes (each sha256 is checked
+against the receipt while copying), only if the receipt passed (result pass, every enforced
+check passed) and has every check the channel requires, and is signed where a key is required.
+The target index stays append-only (wheel/index.py refuses other bytes under a published
+name); the receipt itself is kept beside it (`receipts/<sha256>.json`), so what made a wheel
+stable can be read back. Promotion works on local index directories.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from hashlib import sha256
+from pathlib import Path
+
+from sglforge.base.errors import ConfigErrors, SglforgeError
+from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
+from sglforge.wheel import index
+
+CHANNELS_FILE = "channels.toml"
+_CHANNEL = re.compile(r"[a-z][a-z0-9-]{0,39}")
+RECEIPTS = "receipts"
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    promote_from: str | None  # None: an entry channel that `publish --channel` writes
+    require_checks: tuple[str, ...] = ()
+    require_signature: bool = False
+    allowed_signers: Path | None = None
+    identity: str = "sglforge"
+
+
+def load_channels(path: Path, project_root: Path) -> dict[str, Channel]:
+    data, text = load_toml(path)
+    problems = Problems(path)
+    channels: dict[str, Channel] = {}
+    for name, table in data.items():
+        if not _CHANNEL.fullmatch(name):
+            problems.add(f"[{name}]: a channel name is lowercase letters, digits and '-'")
+            continue
+        start = next((i for i, line in enumerate(text.splitlines(), 1)
+                      if re.match(r"^\s*\[\s*" + re.escape(name) + r"\s*\]", line)), 1)
+        if not isinstance(table, dict):
+            problems.add(f"{name}: expected a [{name}] table")
+            continue
+        r = TableReader(table, problems, f"[{name}]", lambda key, s=start: key_line(text, s, key))
+        signers = r.str("allowed-signers")
+        channel = Channel(
+            name=name, promote_from=r.str("from"),
+            require_checks=tuple(r.str_list("require-checks") or []),
+            require_signature=r.bool("require-signature", default=False),
+            allowed_signers=project_root / signers if signers else None,
+            identity=r.str("identity") or "sglforge")
+        if channel.require_signature and channel.allowed_signers is None:
+            r.error("require-signature", "needs allowed-signers = \"FILE\" to verify against")
+        r.finish()
+        channels[name] = channel
+    for channel in channels.values():
+        if channel.promote_from is not None and channel.promote_from not in channels:
+            problems.add(f"[{channel.name}] from = {channel.promote_from!r}: no such channel "
+                         f"(known: {', '.join(sorted(channels))})")
+        if channel.promote_from == channel.name:
+            problems.add(f"[{channel.name}] from = itself")
+    if not channels:
+        problems.add("defines no channel")
+    problems.raise_if_any()
+    return channels
+
+
+def channel_named(channels: dict[str, Channel], name: str, path: Path) -> Channel:
+    if name not in channels:
+        raise SglforgeError(f"no channel {name!r} in {path}",
+                            hint=f"known: {', '.join(sorted(channels))}")
+    return channels[name]
+
+
+def publish_dest(dest: str, channels: dict[str, Channel], name: str, path: Path) -> str:
+    """Where `publish --channel NAME` writes; a promoted channel is refused (its wheels come
+    only through `promote`, with a receipt)."""
+    channel = channel_named(channels, name, path)
+    if channel.promote_from is not None:
+        raise SglforgeError(f"channel {name!r} is filled only by `sglforge promote --receipt R "
+                            f"--to {name}` (from {channel.promote_from!r}, {path}); publish "
+                            f"to {channel.promote_from!r} instead")
+    return dest.rstrip("/") + "/" + name
+
+
+@dataclass(frozen=True)
+class Promoted:
+    channel: str
+    published: index.Published
+    receipt_copy: Path
+    signed_by: str | None
+
+
+def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - smoke.receipt
+    """Why `receipt` may not enter `channel` (empty: it may)."""
+    data = receipt.data
+    problems = []
+    if data.get("result") != "pass":
+        problems.append(f"the smoke run's result is {data.get('result')!r}, not 'pass'"
+                        + (f" ({data.get('failure')})" if data.get("failure") else ""))
+    failed = [c for c in data["checks"] if not c["passed"] and c.get("enforced", True)]
+    problems += [f"check {c['name']!r} failed: {str(c.get('detail', ''))[:200]}" for c in failed]
+    for name in channel.require_checks:
+        check = receipt.check(name)
+        if check is None:
+            problems.append(f"channel {channel.name!r} requires check {name!r}; the receipt "
+                            "has none")
+        elif not check["passed"]:
+            if check.get("enforced", True):
+                continue  # already named above
+            problems.append(f"channel {channel.name!r} requires check {name!r} to pass; it "
+                            f"failed (not enforced by the profile): "
+                            f"{str(check.get('detail', ''))[:200]}")
+    return problems
+
+
+def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel],
+            channels_path: Path, allowed_signers: Path | None = None) -> Promoted:
+    from sglforge.base.fs import atomic_write_bytes, sha256_file
+    from sglforge.smoke.receipt import load_receipt, verify_signature
+
+    channel = channel_named(channels, to, channels_path)
+    if channel.promote_from is None:
+        raise SglforgeError(f"channel {to!r} has no `from` in {channels_path}: it is written by "
+                            "`publish --channel`, not promoted into")
+    receipt = load_receipt(receipt_path)
+    signed_by = None
+    signers = allowed_signers or channel.allowed_signers
+    if channel.require_signature:
+        assert signers is not None
+        signed_by = verify_signature(receipt, signers, channel.identity)
+    problems = judge_receipt(receipt, channel)
+    if problems:
+        raise ConfigErrors(f"{receipt_path}: not promoted to {to!r}", problems)
+    source = index.LocalTarget(root / channel.promote_from)
+    target = index.LocalTarget(root / to)
+    files: list[index.IndexFile] = []
+    missing = []
+    for pin in receipt.pins:
+        known = [f for f in index.existing_files(source, pin.name) if f.sha256 in pin.hashes]
+        if not known:
+            missing.append(f"{pin.name}=={pin.version} (sha256 {pin.hashes[0]}): not in the "
+                           f"{channel.promote_from!r} index {source.root}")
+            continue
+        for f in known:
+            path = source.root / index.FILES / f.filename
+            if not path.is_file():
+                missing.append(f"{f.filename}: listed by {source.root}/simple but not in "
+                               f"{index.FILES}/")
+                continue
+            digest = sha256_file(path)
+            if digest != f.sha256:
+                missing.append(f"{path}: sha256 {digest}, the receipt and index say "
+                               f"{f.sha256}: the candidate file changed; not promoted")
+                continue
+            files.append(index.IndexFile(filename=f.filename, project=f.project,
+                                         sha256=f.sha256, requires_python=f.requires_python,
+                                         source=path))
+    if missing:
+        raise ConfigErrors(f"{receipt_path}: not promoted to {to!r}", missing)
+    raw = receipt_path.read_bytes()
+    copy = target.root / RECEIPTS / f"{sha256(raw).hexdigest()}.json"
+    with target.locked():
+        published = index.write_index(target, files)  # copies with the sha256 checked
+        if not copy.exists():
+            atomic_write_bytes(copy, raw)
+            if receipt.signature is not None:
+                atomic_write_bytes(copy.with_name(copy.name + ".sig"),
+                                   receipt.signature.read_bytes())
+    return Promoted(channel=to, published=published, receipt_copy=copy, signed_by=signed_by)
