@@ -29,19 +29,26 @@ echo "== host: csrc/tvm_ffi_api.cpp"
   -Ideep_gemm/include -I"$CUTLASS" -I"$FMT" -I/usr/local/cuda/include/cccl csrc/tvm_ffi_api.cpp)
 for arch in ${DG_CHECK_ARCHS:-120a 120f}; do
   for cu in "$HERE"/sm120_*_instantiations.cu; do
-    name=$(basename "$cu" .cu); cubin="$WORK/$name.sm_$arch.cubin"
-    echo "== device: $name for sm_$arch"
-    nice -n 19 /usr/local/cuda/bin/nvcc -std=c++20 --diag-suppress=39,161,174,177,186,940,550,1886 \
-      --ptxas-options=--register-usage-level=10 -gencode=arch=compute_$arch,code=sm_$arch -cubin \
-      --expt-relaxed-constexpr --expt-extended-lambda -O3 \
-      --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi \
-      -I"$TREE/deep_gemm/include" -I"$CUTLASS" -o "$cubin" "$cu"
-    want=$(grep -c 'reinterpret_cast<void\*>(&' "$cu")
-    # kernels with a non-empty .text section (a kernel compiled out by an arch guard is empty)
-    got=$(readelf -SW "$cubin" 2>/dev/null | sed 's/^ *\[ *[0-9]*\] *//' \
-          | awk '$1 ~ /^\.text\./ && $5 !~ /^0+$/' | wc -l)
-    echo "   $got of $want kernels have code"
-    [ "$got" -eq "$want" ] || { echo "error: $name for sm_$arch: $got of $want kernels have code" >&2; exit 1; }
+    name=$(basename "$cu" .cu)
+    # A file marked `DG_CHECK_KERNELS: N` holds N kernels that need a translation unit each
+    # (selected by -DDG_CHECK_KERNEL=i); any other file instantiates all of its kernels at once.
+    per_tu=$(sed -n 's|^// DG_CHECK_KERNELS: \([0-9]*\)$|\1|p' "$cu")
+    if [ -n "$per_tu" ]; then units=$(seq 0 $((per_tu - 1))); want=1
+    else units=all; want=$(grep -c 'reinterpret_cast<void\*>(&' "$cu"); fi
+    for unit in $units; do
+      cubin="$WORK/$name.$unit.sm_$arch.cubin"
+      echo "== device: $name ($unit) for sm_$arch"
+      nice -n 19 /usr/local/cuda/bin/nvcc -std=c++20 --diag-suppress=39,161,174,177,186,940,550,1886 \
+        --ptxas-options=--register-usage-level=10 -gencode=arch=compute_$arch,code=sm_$arch -cubin \
+        --expt-relaxed-constexpr --expt-extended-lambda -O3 \
+        --compiler-options=-fPIC,-O3,-fconcepts,-Wno-deprecated-declarations,-Wno-abi \
+        -DDG_CHECK_KERNEL=${unit/all/0} -I"$TREE/deep_gemm/include" -I"$CUTLASS" -o "$cubin" "$cu"
+      # kernels with a non-empty .text section (a kernel compiled out by an arch guard is empty)
+      got=$(readelf -SW "$cubin" 2>/dev/null | sed 's/^ *\[ *[0-9]*\] *//' \
+            | awk '$1 ~ /^\.text\./ && $5 !~ /^0+$/' | wc -l)
+      echo "   $got of $want kernels have code"
+      [ "$got" -eq "$want" ] || { echo "error: $name ($unit) for sm_$arch: $got of $want kernels have code" >&2; exit 1; }
+    done
   done
 done
 echo "ok: host extension and the SM120 kernels compile"
