@@ -13,7 +13,7 @@ Knobs (environment, so a profile's per-role `env` can set them):
   STANDIN_FORGET_BEYOND=K    prefill "forgets" the needle when the prompt has more than K tokens
   STANDIN_STARTUP_DELAY=S    answer 503 on /health for the first S seconds
   STANDIN_TOKEN_DELAY=S      seconds per generated token (default 0.002)
-  STANDIN_SPAWN_CHILD=1      start a sleeping child process (like SGLang's scheduler
+  STANDIN_SPAWN_CHILD=N      start N sleeping child processes (like SGLang's scheduler
                              subprocesses) to prove teardown reaches the whole process group
   STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM, so teardown must escalate to SIGKILL
   STANDIN_REQUIRE_MODULE=M   exit with status 4 at start unless module M is importable (proves
@@ -310,7 +310,8 @@ def main() -> None:
     state = State(args)
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
-    if os.environ.get("STANDIN_SPAWN_CHILD") == "1":
+    # STANDIN_SPAWN_CHILD=N: N sleeping children (SGLang's TP ranks and scheduler processes)
+    for _ in range(int(os.environ.get("STANDIN_SPAWN_CHILD") or 0)):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         log(f"spawned child {child.pid}")
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))

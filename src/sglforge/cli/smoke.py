@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing model there")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="random seed of the weights (same seed, same files; default 0)")
+    p.add_argument("--heads", type=int, default=2, metavar="N",
+                   help="attention heads (KV heads: half, at least 1); a TP-N server needs a "
+                        "multiple of N (default 2)")
     p.set_defaults(func=run_tiny_model_verb)
 
 
@@ -174,6 +177,6 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 def run_tiny_model_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001, ARG001
     from sglforge.smoke.tinymodel import write_tiny_model
 
-    summary = write_tiny_model(args.dir, seed=args.seed, force=args.force)
+    summary = write_tiny_model(args.dir, seed=args.seed, force=args.force, heads=args.heads)
     print(summary)
     return 0

@@ -121,6 +121,7 @@ class SmokeProfile:
     timeouts: Timeouts
     checks: ChecksSpec
     share_gpus: bool = False  # prefill and decode may list the same GPUs (1-GPU hosts)
+    tiny_heads: int = 2  # attention heads of the generated tiny model (TP-N needs N | heads)
     # Qualification (issue 24, smoke/qualprofile.py): the colocated server of `equivalence`,
     # its prompts, the `--reference` thresholds, acceptance gates, stated limitations.
     colocated: ColocatedSpec | None = None
@@ -185,6 +186,12 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     requires_gpu = top.bool("requires-gpu", default=True)
     numa_binding = top.bool("numa-binding", default=True)
     share_gpus = top.bool("share-gpus", default=False)
+    # A TP-N server splits attention heads N ways: the generated tiny model gets this many
+    # (sglforge tiny-model --heads; 2 is the shape of the 1- and 2-GPU H200 runs).
+    tiny_heads = top.int("tiny-heads", minimum=1, maximum=64)
+    if tiny_heads is not None and model != TINY_MODEL:
+        top.error("tiny-heads", f"only for model = \"{TINY_MODEL}\" (the generated model)")
+    tiny_heads = tiny_heads or 2
 
     def sub(name: str, required: bool = False) -> TableReader:
         table = top.table(name, required=required) or {}
@@ -283,12 +290,18 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
         elif port:
             ports[port] = where
     _check_placeholders(problems, server, roles.values(), router, colocated)
+    if model == TINY_MODEL:  # SGLang refuses a TP size that does not divide the heads
+        for where, tp in ((f"[{r.role}] tp", r.tp) for r in roles.values()):
+            _check_tiny_tp(problems, where, tp, tiny_heads)
+        if colocated is not None:
+            _check_tiny_tp(problems, "[colocated] tp", colocated.tp, tiny_heads)
     problems.raise_if_any()
     return SmokeProfile(
         name=path.stem, path=path, description=description, model=model, backend=backend,
         host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
         server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
-        timeouts=timeouts, checks=checks, share_gpus=share_gpus, colocated=colocated,
+        timeouts=timeouts, checks=checks, share_gpus=share_gpus, tiny_heads=tiny_heads,
+        colocated=colocated,
         equivalence=equivalence, reference=reference, gates=gates, limitations=limitations)
 
 
@@ -303,7 +316,7 @@ def _qualification(top: TableReader, sub, problems: Problems, project_root: Path
             problems.add(f"[colocated] env, key {name[:80]!r}: not an environment variable "
                          "name (letters, digits and '_', not starting with a digit)")
         pair = set(roles["prefill"].gpus) | set(roles["decode"].gpus)
-        if set(colocated.gpus) & pair and not share_gpus:
+        if set(colocated.gpus) & pair and not share_gpus and not colocated.after_pair:
             problems.add(f"[colocated] gpus {list(colocated.gpus)} are also the PD pair's; give "
                          "it its own GPUs, or set share-gpus = true (with a "
                          "--mem-fraction-static per server that leaves room for the others)")
@@ -349,6 +362,13 @@ def _quoted_key_line(text: str, name: str) -> int | None:
             except tomllib.TOMLDecodeError:
                 continue
     return None
+
+
+def _check_tiny_tp(problems: Problems, where: str, tp: int, heads: int) -> None:
+    if heads % tp:
+        problems.add(f"{where} = {tp}, but the tiny model has {heads} attention head(s) and "
+                     f"tensor parallelism splits them {tp} ways; set tiny-heads to a multiple "
+                     f"of {tp}")
 
 
 def _seconds(reader: TableReader, key: str, default: float) -> float:

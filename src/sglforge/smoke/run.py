@@ -115,7 +115,7 @@ def dry_run_text(opts: SmokeOptions) -> str:
         lines += [_shell({}, plan.create), _shell(plan.env, plan.pip)]
     if opts.tiny_model:
         lines += [(f"# model: a tiny random-weight Llama generated into {p.model} "
-                   f"(`{opts.python} -m sglforge tiny-model {p.model}`)")]
+                   f"(`{opts.python} -m sglforge tiny-model {p.model} --heads {p.tiny_heads}`)")]
     launch = opts.launch_plan()
     lines += ["", f"## 3. launch, each in its own process group; logs in {opts.run_dir}/logs"]
     t = p.timeouts
@@ -302,7 +302,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
         with steps.step("model") as detail:
             log = opts.run_dir / "logs" / "tiny-model.log"
             model = Path(profile.model)
-            seconds = tiny_model_in(python, model, log)
+            seconds = tiny_model_in(python, model, log, heads=profile.tiny_heads)
             detail.append(f"tiny random-weight model in {model} ({seconds:.1f} s, log {log})")
 
     plan = opts.launch_plan()
@@ -441,7 +441,7 @@ def _stack_check(opts: SmokeOptions, steps: _Stages, detail: list[str]) -> None:
             f"{errors[0].check}: {errors[0].message}")))
 
 
-def tiny_model_in(python: Path, model: Path, log: Path) -> float:
+def tiny_model_in(python: Path, model: Path, log: Path, heads: int = 2) -> float:
     """Generate the tiny model with the stack's interpreter (it has torch and transformers;
     sglforge itself comes from this process's import path)."""
     import os
@@ -453,7 +453,8 @@ def tiny_model_in(python: Path, model: Path, log: Path) -> float:
     log.parent.mkdir(parents=True, exist_ok=True)
     package_root = str(Path(sglforge.__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    argv = [str(python), "-m", "sglforge", "tiny-model", str(model), "--force"]
+    argv = [str(python), "-m", "sglforge", "tiny-model", str(model), "--force",
+            "--heads", str(heads)]
     with open(log, "w") as out:
         out.write(f"$ PYTHONPATH={path} {' '.join(argv)}\n")
         out.flush()

@@ -28,6 +28,17 @@ VOCAB_SIZE = 4096
 SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
          "max_position_embeddings": 32768}
+DEFAULT_HEADS = SHAPE["num_attention_heads"]
+MAX_HEADS = 64
+
+
+def shape(heads: int = DEFAULT_HEADS) -> dict[str, int]:
+    """SHAPE with `heads` attention heads (and half as many KV heads, at least one): tensor
+    parallelism splits heads, so a TP-N server needs heads divisible by N (TP4: heads = 4).
+    The default is the shape of the H200 reference runs; head_dim stays 64."""
+    if not 1 <= heads <= MAX_HEADS:
+        raise SglforgeError(f"tiny-model --heads {heads}: must be between 1 and {MAX_HEADS}")
+    return {**SHAPE, "num_attention_heads": heads, "num_key_value_heads": max(1, heads // 2)}
 SPECIAL = ("<s>", "</s>", "<pad>")
 
 
@@ -62,7 +73,9 @@ def _prepare(directory: Path, force: bool) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
-def write_tiny_model(directory: Path, seed: int = 0, force: bool = False) -> str:
+def write_tiny_model(directory: Path, seed: int = 0, force: bool = False,
+                     heads: int = DEFAULT_HEADS) -> str:
+    dims = shape(heads)
     missing = missing_requirements()
     if missing:
         raise SglforgeError(
@@ -88,7 +101,7 @@ def write_tiny_model(directory: Path, seed: int = 0, force: bool = False) -> str
     vocab = tokenizer.get_vocab_size()
     config = LlamaConfig(vocab_size=vocab, rope_theta=10000.0, tie_word_embeddings=True,
                          bos_token_id=0, eos_token_id=1, pad_token_id=2,
-                         torch_dtype="bfloat16", **SHAPE)
+                         torch_dtype="bfloat16", **dims)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     with torch.no_grad():
@@ -98,7 +111,7 @@ def write_tiny_model(directory: Path, seed: int = 0, force: bool = False) -> str
     model.save_pretrained(str(directory), safe_serialization=True)
     params = sum(p.numel() for p in model.parameters())
     info = {"kind": "random-weight Llama (sglforge tiny-model)", "seed": seed, "vocab": vocab,
-            "parameters": params, **SHAPE, "torch": torch.__version__,
+            "parameters": params, **dims, "torch": torch.__version__,
             "transformers": transformers.__version__,
             "note": "random weights: generates noise and recalls nothing; use "
                     "needle-must-recall = []"}
