@@ -35,8 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "of DEST into another (same bytes, sha256 checked), if the receipt "
                         "passed what that channel requires")
     p.add_argument("dest", metavar="DEST", help="the index root holding the channel indexes")
-    p.add_argument("--receipt", type=Path, required=True, metavar="RECEIPT")
-    p.add_argument("--to", required=True, metavar="CHANNEL")
+    p.add_argument("--receipt", type=Path, required=True, metavar="RECEIPT",
+                   help="the receipt.json of the smoke run that qualified the wheels")
+    p.add_argument("--to", required=True, metavar="CHANNEL",
+                   help="the channel to promote into (channels.toml), e.g. stable")
     p.add_argument("--channels", type=Path, default=None, metavar="FILE",
                    help="channel definitions (default: <project>/channels.toml)")
     p.add_argument("--allowed-signers", type=Path, default=None, metavar="FILE",

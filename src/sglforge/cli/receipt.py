@@ -11,8 +11,9 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "receipt", help="qualification receipts: `receipt verify RECEIPT --wheels DIR`")
-    p.add_argument("action", choices=["verify"])
-    p.add_argument("receipt", type=Path, metavar="RECEIPT")
+    p.add_argument("action", choices=["verify"], help="verify: check RECEIPT against wheel files")
+    p.add_argument("receipt", type=Path, metavar="RECEIPT",
+                   help="a smoke run's receipt.json")
     p.add_argument("--wheels", type=Path, action="append", default=[], required=True,
                    metavar="DIR", help="directory of the wheels to check (repeatable); every "
                    "wheel there must be one the receipt names, with its bytes")
@@ -25,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "reference", help="`reference compare --reference REF --observed RUN`: judge a "
                           "recorded run against a reference with a profile's thresholds")
-    p.add_argument("action", choices=["compare"])
-    p.add_argument("--reference", type=Path, required=True, metavar="FILE")
+    p.add_argument("action", choices=["compare"],
+                   help="compare: judge recorded observations against a reference")
+    p.add_argument("--reference", type=Path, required=True, metavar="FILE",
+                   help="a reference written by smoke --record-reference")
     p.add_argument("--observed", type=Path, required=True, metavar="FILE",
                    help="a run's observations (reference-observed.json, or a reference "
                         "recorded by --record-reference)")
