@@ -35,7 +35,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +61,7 @@ from sglforge.build.wheelcache import (
     RemoteWheelCache,
     WheelCache,
 )
-from sglforge.inputs.pins import Lockfile, Pin, parse_lockfile
+from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import Recipe, load_recipes, select
 from sglforge.inputs.settings import Settings
@@ -78,7 +77,6 @@ from sglforge.inputs.toolchain import (
 )
 from sglforge.patching.apply import apply_series
 from sglforge.patching.series import PatchSeries, backport_wants, load_series
-from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_zip
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
@@ -197,28 +195,12 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
 def _place_meson_wraps(lock: Lockfile, recipe: Recipe, settings: Settings, root: BuildRoot,
                        tree: Path) -> dict[str, Path]:
     """Meson ignores FETCHCONTENT_SOURCE_DIR_*: its pinned wrap inputs go into the tree's
-    package cache (build/mesonwraps.py). Returns each input's extracted directory, from which
-    its tree id is computed as for CMake inputs (a wrapdb patch zip: its members as is)."""
-    exported: dict[str, Path] = {}
-
-    def export_tree(pin: Pin) -> Path:
-        exported[pin.name] = export_source(lock, pin.name, root.dep(pin.name), settings).path
-        return exported[pin.name]
-
+    package cache (build/mesonwraps.py). Every input is still exported as for CMake, for its
+    tree id; returns those directories."""
+    exported = {pin.name: export_source(lock, pin.name, root.dep(pin.name), settings).path
+                for pin in lock.fetchcontent(recipe.upstream)}
     placed = place_wrap_inputs(lock, recipe.upstream, tree, SourceCache(settings.cache_dir),
-                               export_tree)
-    for pin in lock.fetchcontent(recipe.upstream):
-        if pin.is_git:
-            continue
-        archive = SourceCache(settings.cache_dir).tarball(pin.sha256 or "")
-        if zipfile.is_zipfile(archive):
-            dest = root.dep(pin.name)
-            remove_tree(dest)
-            extract_zip(archive, dest, f"{pin.name}: archive {archive}", SOURCE_ARCHIVE_LIMITS)
-            exported[pin.name] = dest
-        else:
-            exported[pin.name] = export_source(lock, pin.name, root.dep(pin.name),
-                                               settings).path
+                               lambda pin: exported[pin.name])
     for item in placed:
         print(f"    meson wrap {item.wrap}: {item.describe()}", flush=True)
     return exported
