@@ -71,8 +71,12 @@ version = "1.0.0"
 project('mesondemo', version: '1.0.0')
 py = import('python').find_installation()
 greeting = subproject('greetwrap').get_variable('greeting')
+nested = subproject('nestwrap').get_variable('nested')
+cloned = subproject('gitwrap').get_variable('cloned')
 conf = configuration_data()
 conf.set_quoted('GREETING', greeting)
+conf.set_quoted('NESTED', nested)
+conf.set_quoted('CLONED', cloned)
 configure_file(output: '_greeting.py', configuration: conf,
                install_dir: py.get_install_dir() / 'mesondemo')
 py.install_sources('mesondemo/__init__.py', subdir: 'mesondemo')
@@ -89,6 +93,32 @@ patch_url = https://unreachable.invalid/greetwrap_1.0-1/get_patch
 patch_filename = greetwrap_1.0-1_patch.zip
 patch_hash = {patch_sha}
 """,
+        # a release tarball stood in for by a git pin whose files are one directory down
+        # (asio's layout); the build files come from the tree's packagefiles
+        "subprojects/nestwrap.wrap": """\
+[wrap-file]
+directory = nestwrap-2.0
+source_url = https://unreachable.invalid/nestwrap-2.0.tar.gz
+source_filename = nestwrap-2.0.tar.gz
+source_hash = 0000000000000000000000000000000000000000000000000000000000000000
+patch_directory = nestwrap
+""",
+        "subprojects/packagefiles/nestwrap/meson.build":
+            "project('nestwrap')\nnested = import('fs').read('message.txt').strip()\n",
+        # a wrap-git pinned by commit (prometheus-cpp's form), with a diff meson applies
+        "subprojects/gitwrap.wrap": """\
+[wrap-git]
+url = https://unreachable.invalid/gitwrap.git
+revision = v1
+diff_files = gitwrap-fix.patch
+""",
+        "subprojects/packagefiles/gitwrap-fix.patch": """\
+--- a/message.txt
++++ b/message.txt
+@@ -1 +1 @@
+-cloned, unpatched
++cloned and patched
+""",
     }
 
 
@@ -98,6 +128,13 @@ def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz") -> tuple[F
     source_sha = _tarball(mirror / "dl" / "greetwrap-1.0.tar.gz", "hello from greetwrap\n")
     other_sha = _tarball(mirror / "dl" / "greetwrap-other.tar.gz", "not the wrap's file\n")
     patch_sha = _patch_zip(mirror / "dl" / "greetwrap_1.0-1_patch.zip")
+    nest_commit = upstreams.make_repo(mirror / "org" / "nestwrap", {
+        "README": "the release tarball is cut from nestwrap/\n",
+        "nestwrap/message.txt": "hello from the nested tree\n"})
+    git_commit = upstreams.make_repo(mirror / "org" / "gitwrap", {
+        "meson.build": "project('gitwrap')\n"
+                       "cloned = import('fs').read('message.txt').strip()\n",
+        "message.txt": "cloned, unpatched\n"})
     commit = upstreams.make_repo(mirror / "org" / "mesondemo", _upstream_files(source_sha,
                                                                              patch_sha))
     pinned_sha = source_sha if pinned_source == "greetwrap-1.0.tar.gz" else other_sha
@@ -112,7 +149,13 @@ def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz") -> tuple[F
         '[[source]]\nname = "mesondemo.greetwrap-patch"\nparent = "mesondemo"\n'
         'fetchcontent = "greetwrap.patch"\n'
         f'url = "{upstreams.MIRROR_PREFIX}dl/greetwrap_1.0-1_patch.zip"\n'
-        f'sha256 = "{patch_sha}"\n')
+        f'sha256 = "{patch_sha}"\n\n'
+        '[[source]]\nname = "mesondemo.nestwrap"\nparent = "mesondemo"\n'
+        f'fetchcontent = "nestwrap"\nurl = "{upstreams.MIRROR_PREFIX}org/nestwrap"\n'
+        f'commit = "{nest_commit}"\n\n'
+        '[[source]]\nname = "mesondemo.gitwrap"\nparent = "mesondemo"\n'
+        f'fetchcontent = "gitwrap"\nurl = "{upstreams.MIRROR_PREFIX}org/gitwrap"\n'
+        f'commit = "{git_commit}"\n')
     pins = "\n".join(f'{n} = "{importlib.metadata.version(n)}"' for n in BUILD_REQUIRES)
     (root / "lockfiles" / "toolchain.toml").write_text(
         f'cuda = "{cuda_release()}"\n'
@@ -143,6 +186,8 @@ def test_pinned_wrap_builds_offline_with_nodownload(tmp_path):
         generated = wheel.read("mesondemo/_greeting.py").decode()
     # the text comes from the pinned tarball, read by the meson.build of the pinned patch zip
     assert "hello from greetwrap" in generated
+    assert "hello from the nested tree" in generated  # git pin, tree one directory down
+    assert "cloned and patched" in generated  # git pin of a wrap-git; its diff_files applied
     names = {s["name"] for s in entry["provenance"]["sources"]}
     assert {"mesondemo.greetwrap", "mesondemo.greetwrap-patch"} <= names
 

@@ -16,7 +16,8 @@ the wrapdb patch zip) becomes one of those, checked against `subprojects/<wrap>.
 - a git pin is an extracted tree under the wrap's `directory`. When it stands in for a
   wrap-file's release tarball whose files live one directory down in git (asio: the tarball's
   include/ is asio/include/ in the repository), the tree's top-level directory named like the
-  wrap is used, as the release tarball is cut from it.
+  wrap is used, as the release tarball is cut from it. The wrap's source_hash (of a tarball
+  that is not used) cannot be checked then: the pinned commit is what is trusted.
 Nothing is downloaded here; archives come from the source cache, trees from export_source.
 """
 
