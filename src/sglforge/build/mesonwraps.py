@@ -110,8 +110,9 @@ def _wrap_for(pin: Pin, subprojects: Path) -> tuple[MesonWrap, bool]:
     return read_wrap(path), is_patch
 
 
-def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache,
-                   packagecache: Path) -> Path:
+def _check_archive_pin(pin: Pin, wrap: MesonWrap, is_patch: bool) -> str:
+    """The file name meson looks up in its package cache for this archive pin; an error when
+    the wrap names no such file or a different one (its hash)."""
     what = "patch" if is_patch else "source"
     filename = wrap.patch_filename if is_patch else wrap.source_filename
     expected = wrap.patch_hash if is_patch else wrap.source_hash
@@ -122,6 +123,13 @@ def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache
         raise SglforgeError(f"{pin.name}: pinned sha256 {pin.sha256} is not the {what}_hash "
                             f"{expected} of {wrap.path} (wrap '{wrap.name}'): the pin and the "
                             "wrap name different files")
+    return filename
+
+
+def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache,
+                   packagecache: Path) -> Path:
+    filename = _check_archive_pin(pin, wrap, is_patch)
+    assert pin.sha256 is not None
     archive = cache.tarball(pin.sha256)
     if not archive.is_file():
         raise SglforgeError(f"{pin.name}: archive sha256 {pin.sha256} is not in the cache; run "
@@ -161,12 +169,10 @@ def place_wrap_inputs(lock: Lockfile, upstream: str, source_root: Path, cache: S
         raise SglforgeError(f"{upstream}: {packagecache} already exists in the exported tree; "
                             "the pinned wrap inputs would mix with files of unknown origin")
     pins = lock.fetchcontent(upstream)
-    planned = [(pin, *_wrap_for(pin, subprojects)) for pin in pins]  # all checked first
-    for pin, wrap, is_patch in planned:
-        if pin.sha256 is not None:
-            expected = wrap.patch_hash if is_patch else wrap.source_hash
-            if expected is not None and pin.sha256 != expected:
-                _place_archive(pin, wrap, is_patch, cache, packagecache)  # raises, naming both
+    planned = [(pin, *_wrap_for(pin, subprojects)) for pin in pins]
+    for pin, wrap, is_patch in planned:  # every pin checked before anything is written
+        if not pin.is_git:
+            _check_archive_pin(pin, wrap, is_patch)
     packagecache.mkdir()
     placed = []
     for pin, wrap, is_patch in planned:
