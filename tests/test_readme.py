@@ -225,6 +225,19 @@ def test_build_host_prerequisites_name_ucx_and_the_cost_of_the_first_build() -> 
     assert "UCX" in (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
 
 
+def test_nixl_prerequisites_state_one_truth() -> None:
+    """Issue 23 item 12: the wraps come from the pins (handed to meson), UCX from the
+    toolchain's libucx-cu13 wheel; neither from the system."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("**What it needs**"):text.index("## Sources")]
+    assert "installed on the system" not in section and "ucx.pc" not in section
+    assert "subprojects/packagecache/" in section and "libucx-cu13" in section
+    recipe = (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
+    assert "-Ducx_path={site_packages}/libucx" in recipe
+    assert "host-requires" not in recipe.split("upstream =")[1]
+    assert "must come from" not in recipe
+
+
 def test_first_screen_says_what_a_build_on_the_committed_pins_produces_needs_and_costs() -> None:
     """Issue 23 item 6: a newcomer reads the failing end state before hours of compiling,
     not 500 lines later."""

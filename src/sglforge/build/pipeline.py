@@ -33,6 +33,7 @@ import json
 import shlex
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from sglforge.build.builduser import BuildUser, build_user
 from sglforge.build.cacheproxy import CacheProxy
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
+from sglforge.build.mesonwraps import is_meson_project, place_wrap_inputs
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.build.wheelcache import (
     CacheEntry,
@@ -179,12 +181,29 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
     apply_series(tree.path, series, settings)  # strictly, one commit per entry
     fetchcontent, exported = {}, {}
-    for pin in lock.fetchcontent(recipe.upstream):
-        dep = export_source(lock, pin.name, root.dep(pin.name), settings)
-        fetchcontent[pin.fetchcontent] = exported[pin.name] = dep.path
+    if is_meson_project(tree.path):
+        exported = _place_meson_wraps(lock, recipe, settings, root, tree.path)
+    else:
+        for pin in lock.fetchcontent(recipe.upstream):
+            dep = export_source(lock, pin.name, root.dep(pin.name), settings)
+            fetchcontent[pin.fetchcontent] = exported[pin.name] = dep.path
     trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
     return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch, trees),
                     recipe, tree.commit)
+
+
+def _place_meson_wraps(lock: Lockfile, recipe: Recipe, settings: Settings, root: BuildRoot,
+                       tree: Path) -> dict[str, Path]:
+    """Meson ignores FETCHCONTENT_SOURCE_DIR_*: its pinned wrap inputs go into the tree's
+    package cache (build/mesonwraps.py). Every input is still exported as for CMake, for its
+    tree id; returns those directories."""
+    exported = {pin.name: export_source(lock, pin.name, root.dep(pin.name), settings).path
+                for pin in lock.fetchcontent(recipe.upstream)}
+    placed = place_wrap_inputs(lock, recipe.upstream, tree, SourceCache(settings.cache_dir),
+                               lambda pin: exported[pin.name])
+    for item in placed:
+        print(f"    meson wrap {item.wrap}: {item.describe()}", flush=True)
+    return exported
 
 
 def _checked(prepared: PreparedSource, recipe: Recipe, commit: str | None) -> PreparedSource:
@@ -495,6 +514,8 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
         "cuda": ctx.toolchain.cuda_tag, "jobs": str(plan.jobs),
         "nvcc_threads": str(plan.nvcc_threads), "source": str(prepared.source_dir),
         "build_dir": str(build_dir), "build_root": str(root.path),
+        # the toolchain venv's site-packages (wheels that are build inputs: libucx-cu13)
+        "site_packages": sysconfig.get_paths()["purelib"],
         **recipe.arch_values,  # cuda-archs in each consumer's form (recipes.ARCH_FORMS)
     }
     env = environment.base_env(root, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,

@@ -33,7 +33,8 @@ requires in every device-code ELF). JIT / arch-free wheels use `cu{cuda}.{patchs
 `+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
 
 Placeholders: {version} {local} {patchset8} {cuda} {jobs} {nvcc_threads} {source} {build_dir}
-{build_root}, and the arch list in the form each consumer wants, all derived from `cuda-archs`
+{build_root} {site_packages} (the toolchain venv's, where build-input wheels such as
+libucx-cu13 live), and the arch list in the form each consumer wants, all derived from `cuda-archs`
 (the one place a recipe names archs; `ARCH_FORMS`), e.g. for ["sm_120a", "sm_90a"]:
     {cmake_cuda_architectures}   "120a;90a"    CMAKE_CUDA_ARCHITECTURES
     {torch_cuda_arch_list}       "12.0a 9.0a"  TORCH_CUDA_ARCH_LIST
@@ -95,7 +96,7 @@ ARCH_FORMS: dict[str, Callable[[tuple[str, ...]], str]] = {
     "nixl_cuda_arch_list": lambda archs: ",".join(_arch_parts(a)[0] for a in archs),
 }
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
-                "build_dir", "build_root", *ARCH_FORMS)
+                "build_dir", "build_root", "site_packages", *ARCH_FORMS)
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
 PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version")  # never in the defaults

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -13,7 +14,7 @@ from sglforge.base.fs import replace_dir, sha256_file, staging_dir
 from sglforge.base.git import git, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
-from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_tar
+from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_tar, extract_zip
 from sglforge.sources.archivetree import (
     ImportedArchive,
     archive_layout,
@@ -60,7 +61,12 @@ def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) 
 
 def _extract_tarball(path: Path, dest: Path, label: str) -> None:
     """Extract a pinned archive member by member, checked (sources/archive.py), dropping the
-    single top-level directory GitHub-style archives have."""
+    single top-level directory GitHub-style archives have. A zip (a meson wrapdb patch, which
+    build/mesonwraps.py hands to meson as the file itself) is extracted as it is, for its
+    tree id."""
+    if zipfile.is_zipfile(path):
+        extract_zip(path, dest, f"{label}: archive {path}", SOURCE_ARCHIVE_LIMITS)
+        return
     extract_tar(path, dest, f"{label}: archive {path}", SOURCE_ARCHIVE_LIMITS, strip_top=True)
 
 
