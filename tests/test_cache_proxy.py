@@ -37,8 +37,11 @@ def _talk(path, payload: bytes) -> bytes:
         sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)
         data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:  # a proxy that closes on unread input resets: closed too
+            pass
     return data
 
 

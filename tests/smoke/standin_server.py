@@ -23,8 +23,9 @@ Knobs (environment, so a profile's per-role `env` can set them):
                              decode role, PD stops matching the colocated server
   STANDIN_LOGPROB_SHIFT=X    add X to every logprob (a numerically different kernel)
   STANDIN_ARITHMETIC=1       answer "What is A + B?" questions correctly (accuracy gates)
-  STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 at start if something listens on port P (a
-                             server that must start only after another one stopped)
+  STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 if something listens on port P during its
+                             first STANDIN_REQUIRE_FREE_SECONDS (default 8) seconds (a server
+                             that must start only after another one stopped)
 Token ids and logprobs are deterministic functions of the prompt and position (a greedy
 model), with top-k alternatives when `top_logprobs_num` is asked for; a colocated server
 (no --disaggregation-mode) computes the same as the PD pair.
@@ -303,10 +304,15 @@ def main() -> None:
     if busy:
         import socket
 
-        with socket.socket() as probe:
-            if probe.connect_ex((args.host, int(busy))) == 0:
-                log(f"port {busy} is still served: started too early")
-                sys.exit(5)
+        # Watched for a while, not probed once: started with the pair, this server may come
+        # up before the other one has bound its port (a race the test must not depend on).
+        until = time.monotonic() + float(os.environ.get("STANDIN_REQUIRE_FREE_SECONDS", "8"))
+        while time.monotonic() < until:
+            with socket.socket() as probe:
+                if probe.connect_ex((args.host, int(busy))) == 0:
+                    log(f"port {busy} is still served: started too early")
+                    sys.exit(5)
+            time.sleep(0.1)
     state = State(args)
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
