@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +74,27 @@ def provenance(upstream: str, version: str, archs: list[str],
                       toolchain={"cuda": "13.0", "python": "3.11", "torch": torch or "2.13.0"})
 
 
+# Servers' ports come from below the kernel's ephemeral range (ip_local_port_range, 32768+ by
+# default): a port taken from that range (bind to 0) and released can be handed to any
+# outgoing connection of the suite before the server binds it, and the doctor then finds it
+# busy. Below it, nothing but a listener asks for a port by number.
+PORT_RANGE = (20000, 32000)
+
+
 def free_ports(n: int) -> list[int]:
-    """Distinct free TCP ports (held together while choosing so they differ)."""
-    sockets = []
+    """Distinct free TCP ports below the ephemeral range (held together while choosing)."""
+    import random
+
+    pick = random.Random(os.getpid() ^ time.monotonic_ns())
+    sockets: list[socket.socket] = []
     try:
-        for _ in range(n):
+        while len(sockets) < n:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", pick.randrange(*PORT_RANGE)))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:

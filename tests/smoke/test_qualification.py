@@ -18,7 +18,8 @@ ARITH = "".join(json.dumps({"question": f"What is {a} + {b}?", "answer": f"#### 
 def _qual_profile(project: SmokeProject, *, checks: dict | None = None,
                   decode_env: dict | None = None, gates: dict | None = None,
                   colocated_env: dict | None = None, server_env: dict | None = None) -> None:
-    (port,) = free_ports(1)
+    port = next(p for p in iter(lambda: free_ports(1)[0], None)
+                if p not in project.ports.values())  # not one of the pair's
     model = project.root / "model"  # a local model directory: its identity is digested
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["StandinForCausalLM"]}')
@@ -47,6 +48,13 @@ def _qual_profile(project: SmokeProject, *, checks: dict | None = None,
 def _run(project: SmokeProject, venv: Path, *args: str):  # noqa: ANN202
     return project.smoke("--profile", "standin", "--out", str(project.run_dir), "--venv",
                          str(venv), *args)
+
+
+def _check(report: dict, name: str) -> dict:
+    """The named check of a report; when the run never got to it, say where it stopped."""
+    found = [c for c in report["checks"] if c["name"] == name]
+    assert found, f"no {name!r} check: run stopped at {report.get('failure')}"
+    return found[0]
 
 
 def _receipt(project: SmokeProject) -> dict:
@@ -117,7 +125,7 @@ def test_colocated_after_pair_starts_once_the_pair_is_stopped(
     assert result.returncode == 0, result.stdout + result.stderr
     report = smoke_project.report()
     assert [s["name"] for s in report["stages"]][-2:] == ["checks", "colocated"]
-    eq = next(c for c in report["checks"] if c["name"] == "equivalence")
+    eq = _check(report, "equivalence")
     assert eq["passed"] and eq["metrics"]["identical"] == 3
     assert report["teardown"]["before_colocated"]["survivors"] == {}
     assert set(report["teardown"]["before_colocated"]["signalled"]) == {"router", "prefill",
@@ -133,7 +141,7 @@ def test_a_diverging_decode_fails_equivalence_naming_prompt_position_and_tokens(
     _qual_profile(smoke_project, decode_env={"STANDIN_DIVERGE_AT": "5"})
     result = _run(smoke_project, installed_venv)
     assert result.returncode == 1, result.stdout + result.stderr
-    eq = next(c for c in smoke_project.report()["checks"] if c["name"] == "equivalence")
+    eq = _check(smoke_project.report(), "equivalence")
     assert not eq["passed"]
     assert "'one two' diverges at position 5: PD 10" in eq["detail"]
     assert "colocated 10" in eq["detail"]
@@ -157,7 +165,7 @@ def test_record_then_compare_reference_passes_and_a_perturbed_one_fails(
 
     result = _run(smoke_project, installed_venv, "--reference", str(ref))
     assert result.returncode == 0, result.stdout + result.stderr
-    check = next(c for c in smoke_project.report()["checks"] if c["name"] == "reference")
+    check = _check(smoke_project.report(), "reference")
     assert check["passed"] and check["value"]["top1"] == 1.0
     assert check["value"]["topk_overlap"] == 1.0 and check["value"]["max_logprob_diff"] == 0.0
 
@@ -166,7 +174,7 @@ def test_record_then_compare_reference_passes_and_a_perturbed_one_fails(
     perturbed.write_text(json.dumps(data))
     result = _run(smoke_project, installed_venv, "--reference", str(perturbed))
     assert result.returncode == 1
-    check = next(c for c in smoke_project.report()["checks"] if c["name"] == "reference")
+    check = _check(smoke_project.report(), "reference")
     assert not check["passed"]
     assert "top-1 match" in check["detail"] and "'x' at position 4" in check["detail"]
     # The same judgement offline, against what that run observed.
@@ -190,7 +198,7 @@ def test_reference_shifted_logprobs_and_other_model_fail(
                   server_env={"STANDIN_LOGPROB_SHIFT": "-0.5"})
     result = _run(smoke_project, installed_venv, "--reference", str(ref))
     assert result.returncode == 1
-    check = next(c for c in smoke_project.report()["checks"] if c["name"] == "reference")
+    check = _check(smoke_project.report(), "reference")
     assert "max |logprob diff| 0.5 > 0.02" in check["detail"]
     data = json.loads(ref.read_text())
     data["model"]["digest"] = "0" * 64
@@ -198,7 +206,7 @@ def test_reference_shifted_logprobs_and_other_model_fail(
     other.write_text(json.dumps(data))
     _qual_profile(smoke_project, checks={"run": ["generate"]})
     assert _run(smoke_project, installed_venv, "--reference", str(other)).returncode == 1
-    check = next(c for c in smoke_project.report()["checks"] if c["name"] == "reference")
+    check = _check(smoke_project.report(), "reference")
     assert "only speaks for the same weights" in check["detail"]
 
 
@@ -251,7 +259,7 @@ def test_gates_are_reported_with_thresholds_and_enforced_only_where_asked(
     result = _run(smoke_project, installed_venv)
     assert result.returncode == 1
     receipt = _receipt(smoke_project)
-    accuracy = next(c for c in receipt["checks"] if c["name"] == "accuracy")
+    accuracy = _check(receipt, "accuracy")
     assert not accuracy["passed"] and accuracy["value"] == 0.0 and accuracy["enforced"]
     assert receipt["gates_passed"] is False
 
