@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
+from sglforge.base.fs import remove_tree
 from sglforge.build import prefixmap
 
 CLOSED_PROXY = "http://127.0.0.1:9"
@@ -119,3 +120,42 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
         env[var] = env[var.upper()] = CLOSED_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""
     return env
+
+
+CUDA_GAPS = "cuda-gaps"  # <build-root>/tools/cuda-gaps/{include,lib}
+
+
+def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
+                 cuda_major: str) -> tuple[dict[str, str], Path, list[str]]:
+    """Fill what the CUDA toolkit lacks from the toolchain's hash-locked nvidia-* wheels
+    (recipe `cuda-from-toolchain`): a toolkit installed without cuBLAS/NVRTC development files
+    still builds, against the exact libraries torch runs with.
+
+    Only gaps are filled: a header the toolkit has is never shadowed (the wheels' cuda_runtime.h
+    may be a newer patch release than nvcc's). Headers are linked into `include/` (on CPATH,
+    after every -I), and each `libX.so.N` without a `libX.so` in the toolkit gets that link
+    name in `lib/` (on LIBRARY_PATH: the linker resolves `-lcublas` there; the wheel's ELF
+    still records the SONAME libcublas.so.N). Returns (env, lib dir, what was linked)."""
+    wheels = site_packages / "nvidia" / f"cu{cuda_major}"
+    gaps = root.path / "tools" / CUDA_GAPS
+    remove_tree(gaps)
+    include, lib = gaps / "include", gaps / "lib"
+    include.mkdir(parents=True)
+    lib.mkdir()
+    linked: list[str] = []
+    if not wheels.is_dir():
+        return {}, lib, linked
+    toolkit_include = cuda_home / "include" if cuda_home else None
+    toolkit_libs = [cuda_home / d for d in ("lib64", "lib", "lib64/stubs")] if cuda_home else []
+    for header in sorted((wheels / "include").iterdir()) if (wheels / "include").is_dir() else []:
+        if toolkit_include is not None and (toolkit_include / header.name).exists():
+            continue
+        (include / header.name).symlink_to(header)
+        linked.append(f"include/{header.name}")
+    for library in sorted((wheels / "lib").glob("lib*.so.*")):
+        name = library.name.split(".so.")[0] + ".so"
+        if (lib / name).exists() or any((d / name).exists() for d in toolkit_libs):
+            continue
+        (lib / name).symlink_to(library)
+        linked.append(f"lib/{name} -> {library.name}")
+    return {"CPATH": str(include), "LIBRARY_PATH": str(lib)}, lib, linked

@@ -401,13 +401,13 @@ class _Context:
     substituted: dict[str, dict[str, str]] = field(default_factory=dict)  # BuildInputs'
 
     def local_label(self, recipe: Recipe, series: PatchSeries) -> str | None:
-        """The recipe's local version label, plus `.sub<8 hex>` when inputs are substituted
-        (sources/substitute.py): such a wheel never carries the pinned wheel's name."""
-        local = recipe.local_label(series.patchset8, self.toolchain.cuda_tag)
-        segment = label_segment(self.substituted.get(recipe.name, {}))
-        if segment is None:
-            return local
-        return f"{local}.{segment}" if local else segment
+        return recipe.local_label(series.patchset8, self.toolchain.cuda_tag)
+
+    def substitute_label(self, recipe: Recipe) -> str | None:
+        """`sub<8 hex>` when the recipe's inputs are substituted (sources/substitute.py),
+        appended to the wheel's version after post-processing: such a wheel never carries
+        the pinned wheel's name."""
+        return label_segment(self.substituted.get(recipe.name, {}))
 
     def remote_upload(self, key: BuildKey, entry: CacheEntry) -> bool:
         """Upload a wheel built in this run; a failure is a warning (the build succeeded)."""
@@ -544,6 +544,15 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     }
     env = environment.base_env(root, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
                                prepared.source_date_epoch)
+    if recipe.cuda_from_toolchain:
+        gap_env, gap_lib, linked = environment.cuda_gap_env(
+            root, Path(values["site_packages"]), cuda_home, ctx.toolchain.cuda.split(".")[0])
+        env.update(gap_env)
+        values["cuda_gap_lib"] = str(gap_lib)
+        print(f"    cuda-from-toolchain: {len(linked)} gap(s) of the CUDA toolkit filled from "
+              "the toolchain's nvidia-* wheels"
+              + (f" ({', '.join(x for x in linked if x.startswith('lib/'))})" if linked else ""),
+              flush=True)
     env.update(plan.env())
     isolation = environment.network_isolation()
     cache = ctx.options.compiler_cache
@@ -669,7 +678,7 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
         retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude,
-        dev=job.dev is not None)
+        dev=job.dev is not None, substituted=ctx.substitute_label(recipe))
     removed = job.info.removed
     if removed:
         print(f"    removed {len(removed)} build-litter member(s): "
@@ -747,7 +756,11 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     if ctx.options.use_wheel_cache and not dev:  # a dev wheel is never served as a release
         entry = WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest,
                                                          info.name, info.version)
-        if ctx.remote is not None and not ctx.remote.store.read_only:
+        if ctx.substituted.get(recipe.name):  # local use only (sources/substitute.py)
+            if ctx.remote is not None and not ctx.remote.store.read_only:
+                print("    not uploaded to the remote wheel cache: built with substituted "
+                      "inputs", flush=True)
+        elif ctx.remote is not None and not ctx.remote.store.read_only:
             with ctx.report.steps.step(f"{recipe.name}: upload"):
                 uploaded = ctx.remote_upload(key, entry)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
