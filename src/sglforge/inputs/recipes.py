@@ -387,15 +387,16 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
     for pattern in extra_exclude:
         if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
             reader.error("exclude", f"{pattern!r} is not a member pattern like '*.a' or 'build/'")
-    for table, values in (("env", env), ("cmake-defines", cmake_defines),
-                          ("config-settings", config_settings)):
-        for key, value in values.items():
+    cuda_from_toolchain = bool(get("cuda-from-toolchain"))
+    for table, entries in (("env", env), ("cmake-defines", cmake_defines),
+                           ("config-settings", config_settings)):
+        for key, value in entries.items():
             if table != "config-settings" and not ENV_NAME.fullmatch(key) and not (
                     table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key)):
                 reader.error(table, f"{key!r} is not a valid name")
             for item in (value if isinstance(value, tuple) else (value,)):
                 _check_template(reader, table, item, PLACEHOLDERS, has_version,
-                                bool(get("cuda-from-toolchain")))
+                                cuda_from_toolchain)
     problems.raise_if_any()
     raw = read_capped(path, TOML_INPUT_CAP, "recipe")
     digest = hashlib.sha256(raw)
@@ -415,7 +416,7 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         cmake_defines=cmake_defines, config_settings=config_settings,
         exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
         elf_deps=elf_deps, host_requires=tuple(s.strip() for s in host_requires),
-        cuda_from_toolchain=bool(get("cuda-from-toolchain")),
+        cuda_from_toolchain=cuda_from_toolchain,
         hints=tuple(literal_arch_hints(data, text if own else "")))
 
 
