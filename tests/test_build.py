@@ -235,3 +235,28 @@ def test_a_build_that_downloads_fails_loudly(purepy):
     assert "build of purepy failed" in result.stderr
     assert "urlopen" in result.stderr and "URLError" in result.stderr
     assert not list((purepy.root / "wheels").glob("*.whl"))
+
+
+def test_opt_in_recipe_is_skipped_by_a_default_build_and_built_when_named(tmp_path):
+    project = make_project(tmp_path, ("purepy", "usespy"))
+    recipe = project.recipe("usespy")
+    recipe.write_text(recipe.read_text() + 'opt-in = "hours of nvcc here; runtime JIT"\n')
+    plan = project.run("plan")
+    assert plan.returncode == 0, plan.stderr
+    assert ("build usespy from usespy/. (no device code, after purepy) — opt-in (hours of "
+            "nvcc here; runtime JIT): only when named, `build -- usespy`") in plan.stdout
+    default = project.run("build")
+    assert default.returncode == 0, default.stderr  # the stack check does not demand it
+    assert "1 wheel(s) in order: purepy" in default.stdout
+    assert ("skipped usespy (opt-in: hours of nvcc here; runtime JIT); build it by name: "
+            "nox -s build -- usespy") in default.stdout
+    assert "usespy: building" not in default.stdout
+    assert "info   labels     usespy: not in the stack; opt-in" in default.stdout
+    assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy"]
+    named = project.run("build", "usespy")
+    assert named.returncode == 0, named.stderr
+    assert "usespy: building" in named.stdout and "skipped usespy" not in named.stdout
+    again = project.run("build")  # a default build keeps the opt-in wheel built before
+    assert again.returncode == 0, again.stderr
+    assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy", "usespy"]
+    assert "not in the stack" not in again.stdout

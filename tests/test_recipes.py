@@ -8,7 +8,7 @@ import pytest
 
 from sglforge.base.errors import SglforgeError
 from sglforge.inputs.pins import parse_lockfile
-from sglforge.inputs.recipes import load_recipes, parse_recipe, select
+from sglforge.inputs.recipes import left_out, load_recipes, parse_recipe, select, skip_lines
 from sglforge.inputs.toolchain import load_toolchain
 
 LOCK = """\
@@ -116,6 +116,41 @@ def test_unknown_dependency_and_selection(tmp_path, inputs):
         select(recipes, ["zzz"])
     write(tmp_path, "c", 'upstream = "purepy"\ndepends = ["missing"]\n')
     with pytest.raises(SglforgeError, match="no recipe named 'missing'"):
+        load_recipes(tmp_path / "recipes", lock, toolchain)
+
+
+def test_opt_in_recipe_is_left_out_of_a_default_selection_and_built_by_name(tmp_path, inputs):
+    lock, toolchain = inputs
+    write(tmp_path, "a", 'upstream = "purepy"\n')
+    write(tmp_path, "slow", 'upstream = "purepy"\ndepends = ["a"]\n'
+                            'opt-in = "2,723 nvcc TUs; runtime JIT instead"\n')
+    recipes = load_recipes(tmp_path / "recipes", lock, toolchain)
+    assert recipes["slow"].opt_in == "2,723 nvcc TUs; runtime JIT instead"
+    assert recipes["a"].opt_in is None
+    assert select(recipes, []) == ["a"]
+    assert select(recipes, ["slow"]) == ["a", "slow"]
+    assert [r.name for r in left_out(recipes, ["a"])] == ["slow"]
+    assert skip_lines(recipes, ["a"]) == [
+        "skipped slow (opt-in: 2,723 nvcc TUs; runtime JIT instead); build it by name: "
+        "nox -s build -- slow"]
+    assert skip_lines(recipes, ["a", "slow"]) == []
+
+
+def test_opt_in_needs_a_printable_reason_and_no_default_recipe_may_depend_on_it(tmp_path,
+                                                                               inputs):
+    lock, toolchain = inputs
+    for bad in ('""', '"   "', '"two\\nlines"', '"\\u001b[31mred"', f'"{"x" * 301}"'):
+        path = write(tmp_path, "slow", f'upstream = "purepy"\nopt-in = {bad}\n')
+        with pytest.raises(SglforgeError, match=r"(?s)slow.toml.*'opt-in' \(line 2\).*reason"):
+            parse_recipe(path, lock, toolchain)
+    write(tmp_path, "slow", 'upstream = "purepy"\nopt-in = "hours"\n')
+    write(tmp_path, "a", 'upstream = "purepy"\ndepends = ["slow"]\n')
+    with pytest.raises(SglforgeError, match=r"a.toml: recipe, key 'depends': 'slow' is opt-in "
+                                            r"\(hours\); a default build would leave it out"):
+        load_recipes(tmp_path / "recipes", lock, toolchain)
+    (tmp_path / "recipes" / "a.toml").unlink()
+    (tmp_path / "recipes" / "_defaults.toml").write_text('opt-in = "everything"\n')
+    with pytest.raises(SglforgeError, match="(?s)'opt-in'.*belongs in each recipe"):
         load_recipes(tmp_path / "recipes", lock, toolchain)
 
 

@@ -63,7 +63,7 @@ from sglforge.build.wheelcache import (
 )
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
-from sglforge.inputs.recipes import Recipe, load_recipes, select
+from sglforge.inputs.recipes import Recipe, load_recipes, select, skip_lines
 from sglforge.inputs.settings import Settings
 from sglforge.inputs.targets import Target, load_target
 from sglforge.inputs.toolchain import (
@@ -873,6 +873,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if not options.names:  # a default build: say what it leaves out, and why
+            for line in skip_lines(recipes, order):
+                print(line)
         if inputs.target is not None:
             print(f"target {inputs.target.name} ({inputs.target.path.name}"
                   + (f": {inputs.target.description}" if inputs.target.description else "")
