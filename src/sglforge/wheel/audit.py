@@ -3,6 +3,11 @@ recipe requires (e.g. `sm_120a`). Uses `cuobjdump --list-elf` (CUDA toolkit, or 
 package `nvidia-cuda-cuobjdump`), which prints one line per embedded cubin:
 
     ELF file    1: common_ops.1.sm_120a.cubin
+
+except that a family-specific cubin (`code=sm_120f`) is listed as `….sm_120.cubin` (cuobjdump
+12.8 and 13.5 alike). Where the recipe requires an `f` arch, the fatbin headers of
+`cuobjdump -elf` (`arch = sm_120f`, one per cubin) are read for the ELFs that list the bare
+arch, so an sm_120f build passes and a plain sm_120 one does not.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from sglforge.base.errors import SglforgeError
 
 CUBIN_LINE = re.compile(r"ELF file\s+[0-9]+:\s*\S*?\.(sm_[0-9]+[af]?)\.cubin")
+FATBIN_ARCH = re.compile(r"arch = (sm_[0-9]+[af]?)")  # a fatbin entry's header in `-elf`
 
 
 @dataclass(frozen=True)
@@ -45,14 +51,37 @@ def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
-def list_archs(cuobjdump: Path, elf: Path) -> tuple[str, ...]:
+def list_archs(cuobjdump: Path, elf: Path, families: bool = False) -> tuple[str, ...]:
+    """The SASS targets of the cubins in `elf`; with `families`, a bare `sm_N` as listed is
+    replaced by what the fatbin headers say (`sm_Nf` for a family-specific cubin)."""
     proc = subprocess.run([str(cuobjdump), "--list-elf", str(elf)], capture_output=True,
                           text=True, check=False)
     text = proc.stdout + proc.stderr
-    archs = sorted(set(CUBIN_LINE.findall(text)))
+    archs = set(CUBIN_LINE.findall(text))
     if proc.returncode != 0 and not archs and "does not contain device code" not in text:
         raise SglforgeError(f"cuobjdump failed on {elf.name}: {text.strip()[-500:]}")
-    return tuple(archs)
+    bare = {a for a in archs if a[-1].isdigit()}
+    if families and bare:
+        headers = fatbin_archs(cuobjdump, elf)
+        archs = (archs - bare) | {a for a in headers if a.rstrip("af") in bare}
+    return tuple(sorted(archs))
+
+
+def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
+    """The `arch = …` line of every fatbin entry `cuobjdump -elf` prints, read as a stream
+    (it also dumps each cubin's sections and symbols: megabytes per cubin)."""
+    found: set[str] = set()
+    with subprocess.Popen([str(cuobjdump), "-elf", str(elf)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, errors="replace") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = FATBIN_ARCH.fullmatch(line.strip())
+            if match:
+                found.add(match.group(1))
+    if proc.returncode != 0:
+        raise SglforgeError(f"cuobjdump -elf failed on {elf.name} (exit status "
+                            f"{proc.returncode})")
+    return found
 
 
 def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list[ElfArchs]:
@@ -67,7 +96,8 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                     continue
             target = Path(tmp) / "member.elf"
             target.write_bytes(archive.read(info))
-            archs = list_archs(cuobjdump, target)
+            archs = list_archs(cuobjdump, target,
+                               families=any(a.endswith("f") for a in required))
             if archs:
                 found.append(ElfArchs(info.filename, archs))
     if required:
