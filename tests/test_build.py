@@ -260,3 +260,25 @@ def test_opt_in_recipe_is_skipped_by_a_default_build_and_built_when_named(tmp_pa
     assert again.returncode == 0, again.stderr
     assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy", "usespy"]
     assert "not in the stack" not in again.stdout
+
+
+def test_key8_label_changes_with_the_recipe_so_new_bytes_get_a_new_name(purepy):
+    recipe = purepy.recipe("purepy")
+    recipe.write_text(recipe.read_text().replace('"cpu.{patchset8}"', '"cpu.{patchset8}.{key8}"'))
+    assert "label +cpu.<patchset8>.<key8>" in purepy.run("plan").stdout
+    first = purepy.run("build")
+    assert first.returncode == 0, first.stderr
+    [entry] = purepy.manifest()["wheels"]
+    key = entry["provenance"]["content_key"]
+    assert entry["version"] == f"1.2.3+cpu.e3b0c442.{key[:8]}"  # the same series digest
+    assert entry["file"] == f"purepy-1.2.3+cpu.e3b0c442.{key[:8]}-py3-none-any.whl"
+    # {version} in [env] is the labelled one: the upstream stamps it into its metadata
+    assert entry["provenance"]["version"] == entry["version"]
+    # a recipe change that leaves the series alone: another key, so another label and file
+    recipe.write_text(recipe.read_text() + 'UNRELATED = "1"\n')  # appended to [env]
+    second = purepy.run("build")
+    assert second.returncode == 0, second.stderr
+    [changed] = purepy.manifest()["wheels"]
+    new_key = changed["provenance"]["content_key"]
+    assert new_key != key and changed["version"] == f"1.2.3+cpu.e3b0c442.{new_key[:8]}"
+    assert [p.name for p in (purepy.root / "wheels").glob("*.whl")] == [changed["file"]]

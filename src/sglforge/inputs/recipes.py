@@ -27,6 +27,11 @@
     [config-settings]                        # PEP 517 config settings (-C key=value)
     "build-dir" = "{build_dir}"              # a list value repeats the setting
 
+`local-version` may use {cuda}, {patchset8} (the series digest) and {key8}: the first 8 hex
+digits of the wheel's content key (build/key.py: pins, series, recipe, toolchain, build root,
+dependencies' keys), so a rebuild after any change of those, a recipe edit included, gets a
+new label and file name instead of different bytes under the old name.
+
 The local label names SASS archs (`sm120`, `sm120a`, …) only when the wheel carries device
 code for them: each `sm…` part must match an entry of `cuda-archs` (which the arch audit then
 requires in every device-code ELF). JIT / arch-free wheels use `cu{cuda}.{patchset8}`.
@@ -108,7 +113,7 @@ PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads",
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
 PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version", "opt-in")  # never in the defaults
-LOCAL_PLACEHOLDERS = ("patchset8", "cuda")
+LOCAL_PLACEHOLDERS = ("patchset8", "cuda", "key8")
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 SASS_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -148,10 +153,12 @@ class Recipe:
     hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
     opt_in: str | None = None  # why a build that names no recipes leaves this one out
 
-    def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
+    def local_label(self, patchset8: str, cuda_tag: str, key8: str = "") -> str | None:
+        """The label for this series, CUDA and content key (`key8`: its first 8 hex digits;
+        only a template with {key8} uses it)."""
         if self.local_version is None:
             return None
-        return self.local_version.format(patchset8=patchset8, cuda=cuda_tag)
+        return self.local_version.format(patchset8=patchset8, cuda=cuda_tag, key8=key8)
 
     def version(self, local: str | None) -> str | None:
         if self.base_version is None:
@@ -385,7 +392,8 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
         fields = _placeholders(local_version)
         usable = fields is not None and set(fields) <= set(LOCAL_PLACEHOLDERS)
-        probe = local_version.format(patchset8="0" * 8, cuda="130") if usable else None
+        probe = local_version.format(patchset8="0" * 8, cuda="130", key8="0" * 8) \
+            if usable else None
         if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
             reader.error("local-version", f"{local_version!r} does not give a PEP 440 local "
                                           "label (lowercase alphanumerics separated by '.')")
