@@ -180,3 +180,10 @@ def test_shipped_recipes_and_toolchain_are_valid(tmp_path):
     assert recipes["sglang-kernel"].requires_torch_abi
     assert recipes["sglang-kernel"].cuda_archs == ("sm_120a",)
     assert recipes["flashinfer-jit-cache"].depends == ("flashinfer-python",)
+    # opt-in with its measured reason: a default build leaves it out, a build by name not
+    assert "2,723 nvcc TUs" in recipes["flashinfer-jit-cache"].opt_in
+    assert "flashinfer-jit-cache" not in select(recipes, [])
+    assert select(recipes, ["flashinfer-jit-cache"]) == ["flashinfer-jit-cache",
+                                                         "flashinfer-python"]
+    assert not [n for n, r in recipes.items() if r.opt_in and n != "flashinfer-jit-cache"]
+    assert recipes["sgl-deep-gemm"].elf_deps == "error"  # patch 0003 links $ORIGIN RPATHs
