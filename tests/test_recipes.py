@@ -154,6 +154,19 @@ def test_opt_in_needs_a_printable_reason_and_no_default_recipe_may_depend_on_it(
         load_recipes(tmp_path / "recipes", lock, toolchain)
 
 
+def test_key8_placeholder_fills_from_the_content_key(tmp_path, inputs):
+    lock, toolchain = inputs
+    path = write(tmp_path, "k",
+                 'upstream = "purepy"\nlocal-version = "cu{cuda}.{patchset8}.{key8}"\n')
+    recipe = parse_recipe(path, lock, toolchain)
+    assert recipe.local_label("abcdef12", "130", "0123abcd") == "cu130.abcdef12.0123abcd"
+    with pytest.raises(ValueError, match="uses \\{key8\\}: pass the content key"):
+        recipe.local_label("abcdef12", "130")  # never a label ending in '.'
+    path.write_text('upstream = "purepy"\nlocal-version = "cu{cuda}.{key8x}"\n')
+    with pytest.raises(SglforgeError, match="unknown placeholder \\{key8x\\}.*\\{key8\\}"):
+        parse_recipe(path, lock, toolchain)
+
+
 def test_toolchain_rejects_ranges_unknown_keys_and_torch_in_table(tmp_path):
     path = tmp_path / "toolchain.toml"
     path.write_text('cuda = "13"\npython = "3.12"\ngcc = "12"\n[build-requires]\n'

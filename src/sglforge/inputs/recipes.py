@@ -112,7 +112,8 @@ PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads",
                 "build_dir", "build_root", "site_packages", *ARCH_FORMS)
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
-PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version", "opt-in")  # never in the defaults
+# never in the defaults
+PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version", "opt-in")
 LOCAL_PLACEHOLDERS = ("patchset8", "cuda", "key8")
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 SASS_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
@@ -153,11 +154,13 @@ class Recipe:
     hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
     opt_in: str | None = None  # why a build that names no recipes leaves this one out
 
-    def local_label(self, patchset8: str, cuda_tag: str, key8: str = "") -> str | None:
+    def local_label(self, patchset8: str, cuda_tag: str, key8: str | None = None) -> str | None:
         """The label for this series, CUDA and content key (`key8`: its first 8 hex digits;
-        only a template with {key8} uses it)."""
+        only a template with {key8} needs it)."""
         if self.local_version is None:
             return None
+        if key8 is None and "{key8}" in self.local_version:
+            raise ValueError(f"{self.name}: local-version uses {{key8}}: pass the content key")
         return self.local_version.format(patchset8=patchset8, cuda=cuda_tag, key8=key8)
 
     def version(self, local: str | None) -> str | None:
