@@ -235,3 +235,53 @@ def test_a_build_that_downloads_fails_loudly(purepy):
     assert "build of purepy failed" in result.stderr
     assert "urlopen" in result.stderr and "URLError" in result.stderr
     assert not list((purepy.root / "wheels").glob("*.whl"))
+
+
+def test_opt_in_recipe_is_skipped_by_a_default_build_and_built_when_named(tmp_path):
+    project = make_project(tmp_path, ("purepy", "usespy"))
+    recipe = project.recipe("usespy")
+    recipe.write_text(recipe.read_text() + 'opt-in = "hours of nvcc here; runtime JIT"\n')
+    plan = project.run("plan")
+    assert plan.returncode == 0, plan.stderr
+    assert ("build usespy from usespy/. (no device code, after purepy) — opt-in (hours of "
+            "nvcc here; runtime JIT): only when named, `build -- usespy`") in plan.stdout
+    preflight = project.run("preflight", "--no-fetch", "build")
+    assert preflight.returncode == 0, preflight.stderr
+    assert "(recipes purepy; opt-in, not built: usespy)" in preflight.stdout
+    default = project.run("build")
+    assert default.returncode == 0, default.stderr  # the stack check does not demand it
+    assert "1 wheel(s) in order: purepy" in default.stdout
+    assert ("skipped usespy (opt-in: hours of nvcc here; runtime JIT); build it by name: "
+            "nox -s build -- usespy") in default.stdout
+    assert "usespy: building" not in default.stdout
+    assert "info   labels     usespy: not in the stack; opt-in" in default.stdout
+    assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy"]
+    named = project.run("build", "usespy")
+    assert named.returncode == 0, named.stderr
+    assert "usespy: building" in named.stdout and "skipped usespy" not in named.stdout
+    again = project.run("build")  # a default build keeps the opt-in wheel built before
+    assert again.returncode == 0, again.stderr
+    assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy", "usespy"]
+    assert "not in the stack" not in again.stdout
+
+
+def test_key8_label_changes_with_the_recipe_so_new_bytes_get_a_new_name(purepy):
+    recipe = purepy.recipe("purepy")
+    recipe.write_text(recipe.read_text().replace('"cpu.{patchset8}"', '"cpu.{patchset8}.{key8}"'))
+    assert "label +cpu.<patchset8>.<key8>" in purepy.run("plan").stdout
+    first = purepy.run("build")
+    assert first.returncode == 0, first.stderr
+    [entry] = purepy.manifest()["wheels"]
+    key = entry["provenance"]["content_key"]
+    assert entry["version"] == f"1.2.3+cpu.e3b0c442.{key[:8]}"  # the same series digest
+    assert entry["file"] == f"purepy-1.2.3+cpu.e3b0c442.{key[:8]}-py3-none-any.whl"
+    # {version} in [env] is the labelled one: the upstream stamps it into its metadata
+    assert entry["provenance"]["version"] == entry["version"]
+    # a recipe change that leaves the series alone: another key, so another label and file
+    recipe.write_text(recipe.read_text() + 'UNRELATED = "1"\n')  # appended to [env]
+    second = purepy.run("build")
+    assert second.returncode == 0, second.stderr
+    [changed] = purepy.manifest()["wheels"]
+    new_key = changed["provenance"]["content_key"]
+    assert new_key != key and changed["version"] == f"1.2.3+cpu.e3b0c442.{new_key[:8]}"
+    assert [p.name for p in (purepy.root / "wheels").glob("*.whl")] == [changed["file"]]

@@ -58,6 +58,9 @@ NOT_RUN: dict[str, str] = {
         "needs a newer upstream commit; tests/test_refresh_lint.py runs refresh",
     "nox -s build": "a full CUDA build",
     "nox -s build -- sglang-kernel": "an nvcc build (~1 h on 20 jobs)",
+    "nox -s build -- flashinfer-jit-cache": "an opt-in nvcc build (2,723 TUs, bench/"
+                                            "realcheck-jitcache.json); tests/test_build.py "
+                                            "builds an opt-in fixture recipe by name",
     "nox -s build -- --jobs 8 --mem-per-job 6GiB --compiler-cache ccache": "a full CUDA build",
     "nox -s build -- --compiler-cache-remote redis://cache.internal:6379/0 "
     "--compiler-cache-read-only": "a full CUDA build; tests/test_compiler_cache_remote.py "

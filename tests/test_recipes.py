@@ -8,7 +8,7 @@ import pytest
 
 from sglforge.base.errors import SglforgeError
 from sglforge.inputs.pins import parse_lockfile
-from sglforge.inputs.recipes import load_recipes, parse_recipe, select
+from sglforge.inputs.recipes import left_out, load_recipes, parse_recipe, select, skip_lines
 from sglforge.inputs.toolchain import load_toolchain
 
 LOCK = """\
@@ -119,6 +119,54 @@ def test_unknown_dependency_and_selection(tmp_path, inputs):
         load_recipes(tmp_path / "recipes", lock, toolchain)
 
 
+def test_opt_in_recipe_is_left_out_of_a_default_selection_and_built_by_name(tmp_path, inputs):
+    lock, toolchain = inputs
+    write(tmp_path, "a", 'upstream = "purepy"\n')
+    write(tmp_path, "slow", 'upstream = "purepy"\ndepends = ["a"]\n'
+                            'opt-in = "2,723 nvcc TUs; runtime JIT instead"\n')
+    recipes = load_recipes(tmp_path / "recipes", lock, toolchain)
+    assert recipes["slow"].opt_in == "2,723 nvcc TUs; runtime JIT instead"
+    assert recipes["a"].opt_in is None
+    assert select(recipes, []) == ["a"]
+    assert select(recipes, ["slow"]) == ["a", "slow"]
+    assert [r.name for r in left_out(recipes, ["a"])] == ["slow"]
+    assert skip_lines(recipes, ["a"]) == [
+        "skipped slow (opt-in: 2,723 nvcc TUs; runtime JIT instead); build it by name: "
+        "nox -s build -- slow"]
+    assert skip_lines(recipes, ["a", "slow"]) == []
+
+
+def test_opt_in_needs_a_printable_reason_and_no_default_recipe_may_depend_on_it(tmp_path,
+                                                                               inputs):
+    lock, toolchain = inputs
+    for bad in ('""', '"   "', '"two\\nlines"', '"\\u001b[31mred"', f'"{"x" * 301}"'):
+        path = write(tmp_path, "slow", f'upstream = "purepy"\nopt-in = {bad}\n')
+        with pytest.raises(SglforgeError, match=r"(?s)slow.toml.*'opt-in' \(line 2\).*reason"):
+            parse_recipe(path, lock, toolchain)
+    write(tmp_path, "slow", 'upstream = "purepy"\nopt-in = "hours"\n')
+    write(tmp_path, "a", 'upstream = "purepy"\ndepends = ["slow"]\n')
+    with pytest.raises(SglforgeError, match=r"a.toml: recipe, key 'depends': 'slow' is opt-in "
+                                            r"\(hours\); a default build would leave it out"):
+        load_recipes(tmp_path / "recipes", lock, toolchain)
+    (tmp_path / "recipes" / "a.toml").unlink()
+    (tmp_path / "recipes" / "_defaults.toml").write_text('opt-in = "everything"\n')
+    with pytest.raises(SglforgeError, match="(?s)'opt-in'.*belongs in each recipe"):
+        load_recipes(tmp_path / "recipes", lock, toolchain)
+
+
+def test_key8_placeholder_fills_from_the_content_key(tmp_path, inputs):
+    lock, toolchain = inputs
+    path = write(tmp_path, "k",
+                 'upstream = "purepy"\nlocal-version = "cu{cuda}.{patchset8}.{key8}"\n')
+    recipe = parse_recipe(path, lock, toolchain)
+    assert recipe.local_label("abcdef12", "130", "0123abcd") == "cu130.abcdef12.0123abcd"
+    with pytest.raises(ValueError, match="uses \\{key8\\}: pass the content key"):
+        recipe.local_label("abcdef12", "130")  # never a label ending in '.'
+    path.write_text('upstream = "purepy"\nlocal-version = "cu{cuda}.{key8x}"\n')
+    with pytest.raises(SglforgeError, match="unknown placeholder \\{key8x\\}.*\\{key8\\}"):
+        parse_recipe(path, lock, toolchain)
+
+
 def test_toolchain_rejects_ranges_unknown_keys_and_torch_in_table(tmp_path):
     path = tmp_path / "toolchain.toml"
     path.write_text('cuda = "13"\npython = "3.12"\ngcc = "12"\n[build-requires]\n'
@@ -145,3 +193,10 @@ def test_shipped_recipes_and_toolchain_are_valid(tmp_path):
     assert recipes["sglang-kernel"].requires_torch_abi
     assert recipes["sglang-kernel"].cuda_archs == ("sm_120a",)
     assert recipes["flashinfer-jit-cache"].depends == ("flashinfer-python",)
+    # opt-in with its measured reason: a default build leaves it out, a build by name not
+    assert "2,723 nvcc TUs" in recipes["flashinfer-jit-cache"].opt_in
+    assert "flashinfer-jit-cache" not in select(recipes, [])
+    assert select(recipes, ["flashinfer-jit-cache"]) == ["flashinfer-jit-cache",
+                                                         "flashinfer-python"]
+    assert not [n for n, r in recipes.items() if r.opt_in and n != "flashinfer-jit-cache"]
+    assert recipes["sgl-deep-gemm"].elf_deps == "error"  # patch 0003 links $ORIGIN RPATHs

@@ -236,6 +236,40 @@ def test_dt_needed_resolution_names_file_and_library(tmp_path):
     assert "apache-tvm-ffi, which the wheel does not require" in unresolved["libtvm_ffi.so"]
 
 
+@needs_cc
+def test_dt_needed_counts_what_the_requirements_bring_along_and_nothing_else(tmp_path):
+    """sgl-deep-gemm's _C.so: libcublas.so.13 in nvidia/cu13/lib resolves because the wheel
+    requires torch, torch cuda-toolkit[cublas], and that extra nvidia-cublas; an nvidia-*
+    wheel nothing declares (or one behind an extra nobody asks for) does not count, even for
+    a torch-ABI-bound wheel."""
+    for lib in ("cublas", "cusparse", "nvjpeg"):
+        compile_so(tmp_path, lib, soname=f"lib{lib}.so.13")
+    so = compile_so(tmp_path, "dg", links=("cublas", "cusparse", "nvjpeg"),
+                    rpath="$ORIGIN/../nvidia/cu13/lib")
+    world = audit.LibraryWorld(
+        site_dirs={"nvidia/cu13/lib": {"libcublas.so.13": "nvidia-cublas",
+                                       "libcusparse.so.13": "nvidia-cusparse",
+                                       "libnvjpeg.so.13": "nvidia-nvjpeg"}},
+        system=frozenset(),
+        requires={"torch": ('cuda-toolkit[cublas]==13.0.2; platform_system == "Linux"',
+                            'triton==3.6.0; platform_system == "Windows"', "not a req ["),
+                  "cuda-toolkit": ("nvidia-cublas==13.1.0.3.*; extra == 'cublas'",
+                                   "nvidia-cusparse==12.6.3.3.*; extra == 'cusparse'"),
+                  "triton": ("nvidia-nvjpeg",)})
+    deps = audit.resolve_dependencies({"deep_gemm/_C.so": so}, world, torch_bound=True,
+                                      requires=["torch==2.11.0", "apache-tvm-ffi==0.1.11"])
+    found = {d.library: d for d in deps}
+    assert found["libcublas.so.13"].source == "nvidia-cublas"
+    assert found["libcublas.so.13"].detail == "nvidia/cu13/lib"
+    for lib, dist in (("libcusparse.so.13", "nvidia-cusparse"),
+                      ("libnvjpeg.so.13", "nvidia-nvjpeg")):
+        assert found[lib].source is None
+        assert (f"in nvidia/cu13/lib of {dist}, which the wheel does not require (neither "
+                "directly nor through what it requires)") in found[lib].detail
+    assert audit.declared_closure(["torch==2.11.0"], world) == {"torch", "cuda-toolkit",
+                                                                "nvidia-cublas"}
+
+
 def test_system_libraries_exclude_the_cuda_toolkit():
     system = audit.system_libraries()
     assert "libc.so.6" in system

@@ -64,7 +64,7 @@ from sglforge.build.wheelcache import (
 )
 from sglforge.inputs.pins import Lockfile, parse_lockfile
 from sglforge.inputs.project import Project
-from sglforge.inputs.recipes import Recipe, load_recipes, select
+from sglforge.inputs.recipes import Recipe, load_recipes, select, skip_lines
 from sglforge.inputs.settings import Settings
 from sglforge.inputs.targets import Target, load_target
 from sglforge.inputs.toolchain import (
@@ -400,9 +400,6 @@ class _Context:
     remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
     substituted: dict[str, dict[str, str]] = field(default_factory=dict)  # BuildInputs'
 
-    def local_label(self, recipe: Recipe, series: PatchSeries) -> str | None:
-        return recipe.local_label(series.patchset8, self.toolchain.cuda_tag)
-
     def substitute_label(self, recipe: Recipe) -> str | None:
         """`sub<8 hex>` when the recipe's inputs are substituted (sources/substitute.py),
         appended to the wheel's version after post-processing: such a wheel never carries
@@ -531,7 +528,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     mem_per_job = recipe.mem_per_job if ctx.options.mem_per_job is None else ctx.options.mem_per_job
     plan: JobPlan = plan_jobs(ctx.machine, mem_per_job, recipe.nvcc_threads, ctx.options.jobs)
     print(f"    {plan.describe()}", flush=True)
-    local = ctx.local_label(recipe, job.series)
+    local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag, job.key.value[:8])
     values = {
         "version": recipe.version(local) or "", "local": local or "",
         "patchset8": job.series.patchset8,
@@ -667,7 +664,7 @@ def _log_refusals(log: Path, refused: list[str]) -> None:
 def _postprocess(ctx: _Context, job: _WheelJob) -> None:
     recipe, prepared = job.recipe, job.prepared
     assert prepared is not None and job.built is not None
-    local = ctx.local_label(recipe, job.series)
+    local = recipe.local_label(job.series.patchset8, ctx.toolchain.cuda_tag, job.key.value[:8])
     version = recipe.version(local)
     provenance = _provenance(ctx, recipe, job.series, job.key, prepared.source_date_epoch,
                              prepared.trees)
@@ -788,10 +785,11 @@ def remote_tier(settings: Settings, options: BuildOptions) -> RemoteWheelCache |
                             report=functools.partial(print, flush=True))
 
 
-def expected_wheel(ctx: _Context, recipe: Recipe, series: PatchSeries) -> ExpectedWheel:
-    """What `recipe` builds from `series`, as far as known before building (the version
-    rules of `_postprocess`): a remote entry must be that wheel."""
-    local = ctx.local_label(recipe, series)
+def expected_wheel(ctx: _Context, recipe: Recipe, series: PatchSeries,
+                   key: BuildKey) -> ExpectedWheel:
+    """What `recipe` builds from `series` under `key`, as far as known before building (the
+    version rules of `_postprocess`): a remote entry must be that wheel."""
+    local = recipe.local_label(series.patchset8, ctx.toolchain.cuda_tag, key.value[:8])
     version = None if recipe.version_label == "retag" else recipe.version(local)
     return ExpectedWheel(recipe.name, version, local if version is None else None)
 
@@ -922,6 +920,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")
+        if not options.names:  # a default build: say what it leaves out, and why
+            for line in skip_lines(recipes, order):
+                print(line)
         if inputs.target is not None:
             print(f"target {inputs.target.name} ({inputs.target.path.name}"
                   + (f": {inputs.target.description}" if inputs.target.description else "")
@@ -946,7 +947,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
                 continue
             if ctx.remote is not None:
                 fetched = _remote_lookup(ctx, name, key, cache, staging,
-                                         expected_wheel(ctx, recipe, series[name]))
+                                         expected_wheel(ctx, recipe, series[name], key))
                 if fetched is not None:
                     built[name] = fetched
                     print(f"==> {name}: cached, from the remote cache (key {key.short}) "

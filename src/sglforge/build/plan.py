@@ -131,10 +131,12 @@ def _build_steps(project: Project, lock: Lockfile, target: str | None = None) ->
         recipe = recipes[name]
         archs = ", ".join(recipe.cuda_archs) or "no device code"
         after = f", after {', '.join(recipe.depends)}" if recipe.depends else ""
-        local = recipe.local_label("<patchset8>", toolchain.cuda_tag)
+        local = recipe.local_label("<patchset8>", toolchain.cuda_tag, "<key8>")
         label = f", label +{local}" if local else ""
+        optional = (f" — opt-in ({recipe.opt_in}): only when named, `build -- {name}`"
+                    if recipe.opt_in else "")
         lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{label}"
-                     f"{after})")
+                     f"{after}){optional}")
     lines.append(f"post-process, audit, write wheels/targets/{target}/manifest.json" if target
                  else "post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
     return lines

@@ -6,6 +6,8 @@
   after its upstream whose ref is a release tag, that release.
 - A built wheel's provenance must name the recipe's upstream at the pinned commit (a wheel
   from an older pin is stale).
+- An opt-in recipe (`opt-in = "why"`) without a wheel in the stack is an info line, not an
+  error: nothing requires its wheel (flashinfer JIT-compiles what flashinfer-jit-cache holds).
 """
 
 from __future__ import annotations
@@ -85,3 +87,8 @@ def check_wheels(stack: Stack, recipes: dict[str, Recipe], lock: Lockfile,
             findings.error(PART, f"{wheel.label}: built from {prov.upstream} "
                                  f"{prov.commit[:12]}, but the pin is "
                                  f"{recipe.upstream} {pin.identity[:12]}: rebuild it")
+    built = {canonical_name(w.recipe or w.name) for w in stack.wheels}
+    for recipe in recipes.values():  # an opt-in wheel is optional: absent is no error
+        if recipe.opt_in and canonical_name(recipe.name) not in built:
+            findings.info(PART, f"{recipe.name}: not in the stack; opt-in "
+                                f"({recipe.opt_in}), built only by name")

@@ -30,14 +30,15 @@ class Selection:
     needs_torch: bool
     device_code: bool
     host_requires: dict[str, tuple[str, ...]]  # recipe -> pkg-config modules it needs
+    skipped: tuple[str, ...] = ()  # opt-in recipes a build naming none leaves out
 
 
 def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
-    """The recipes named (all when none) plus their dependencies, validated (lockfile,
-    toolchain, every recipe)."""
+    """The recipes named (all but the opt-in ones when none) plus their dependencies,
+    validated (lockfile, toolchain, every recipe)."""
     from sglforge.cli.names import check_recipes
     from sglforge.inputs.pins import parse_lockfile
-    from sglforge.inputs.recipes import load_recipes, select
+    from sglforge.inputs.recipes import left_out, load_recipes, select
     from sglforge.inputs.toolchain import load_toolchain
 
     check_recipes(names, project.recipes_dir)
@@ -50,7 +51,8 @@ def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
                      upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
                      needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen),
                      host_requires={n: recipes[n].host_requires for n in chosen
-                                    if recipes[n].host_requires})
+                                    if recipes[n].host_requires},
+                     skipped=() if names else tuple(r.name for r in left_out(recipes, chosen)))
 
 
 def _check_host(project, selection: Selection, libraries: bool = True) -> None:  # noqa: ANN001
@@ -99,7 +101,8 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
     _check_host(project, selection)
     if fetch:
         _fetch(selection, ctx)
-    return f"recipes {', '.join(selection.recipes)}"
+    skipped = f"; opt-in, not built: {', '.join(selection.skipped)}" if selection.skipped else ""
+    return f"recipes {', '.join(selection.recipes)}{skipped}"
 
 
 def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001

@@ -21,6 +21,8 @@
     cuda-from-toolchain = true               # headers and link names the CUDA toolkit lacks
                                              # (cuBLAS, NVRTC, ...) from the toolchain's
                                              # nvidia-* wheels (build/environment.py)
+    opt-in = "hours of nvcc; runtime JIT"    # built only when named (`build -- NAME`); the
+                                             # reason is printed when a build skips it
     [env]                                    # environment of the build, placeholders allowed
     SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG = "{version}"
     [cmake-defines]                          # -D options, passed through CMAKE_ARGS
@@ -28,9 +30,20 @@
     [config-settings]                        # PEP 517 config settings (-C key=value)
     "build-dir" = "{build_dir}"              # a list value repeats the setting
 
+`local-version` may use {cuda}, {patchset8} (the series digest) and {key8}: the first 8 hex
+digits of the wheel's content key (build/key.py: pins, series, recipe, toolchain, build root,
+dependencies' keys), so a rebuild after any change of those, a recipe edit included, gets a
+new label and file name instead of different bytes under the old name.
+
 The local label names SASS archs (`sm120`, `sm120a`, …) only when the wheel carries device
 code for them: each `sm…` part must match an entry of `cuda-archs` (which the arch audit then
 requires in every device-code ELF). JIT / arch-free wheels use `cu{cuda}.{patchset8}`.
+
+`opt-in = "why"` leaves a recipe out of a build that names no recipes (`nox -s build`
+prints that it skipped it, and why); `nox -s build -- NAME` builds it (and `verify` rebuilds
+it once it is in the manifest). Only an optional wheel may be opt-in: a recipe that is not
+opt-in may not depend on one, and nothing checks that its wheel exists (`check` says it is
+opt-in where it is not built). Per recipe, never in the shared defaults.
 
 `version-label = "retag"` is for upstreams without a version variable: sglforge appends
 `+<local>` to the version the upstream built (METADATA, .dist-info name, file name).
@@ -103,8 +116,9 @@ PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads",
                 "build_dir", "build_root", "site_packages", "cuda_gap_lib", *ARCH_FORMS)
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
-PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version")  # never in the defaults
-LOCAL_PLACEHOLDERS = ("patchset8", "cuda")
+# never in the defaults
+PER_RECIPE_KEYS = ("upstream", "subdir", "depends", "base-version", "opt-in")
+LOCAL_PLACEHOLDERS = ("patchset8", "cuda", "key8")
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 SASS_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -113,6 +127,8 @@ MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(GiB|MiB|G|M)")
 FRONTENDS = ("pip", "build")
 ELF_DEPS = ("error", "warn")
 LABEL_ARCH = re.compile(r"sm([0-9]{2,3})([af]?)")
+OPT_IN_MAX = 300
+OPT_IN_REASON = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,%d}" % OPT_IN_MAX)  # printed as is
 
 
 @dataclass(frozen=True)
@@ -141,11 +157,16 @@ class Recipe:
     host_requires: tuple[str, ...] = ()  # system libraries, as pkg-config modules ("ucx >= 1.22")
     cuda_from_toolchain: bool = False  # fill the CUDA toolkit's gaps from nvidia-* wheels
     hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
+    opt_in: str | None = None  # why a build that names no recipes leaves this one out
 
-    def local_label(self, patchset8: str, cuda_tag: str) -> str | None:
+    def local_label(self, patchset8: str, cuda_tag: str, key8: str | None = None) -> str | None:
+        """The label for this series, CUDA and content key (`key8`: its first 8 hex digits;
+        only a template with {key8} needs it)."""
         if self.local_version is None:
             return None
-        return self.local_version.format(patchset8=patchset8, cuda=cuda_tag)
+        if key8 is None and "{key8}" in self.local_version:
+            raise ValueError(f"{self.name}: local-version uses {{key8}}: pass the content key")
+        return self.local_version.format(patchset8=patchset8, cuda=cuda_tag, key8=key8)
 
     def version(self, local: str | None) -> str | None:
         if self.base_version is None:
@@ -231,6 +252,7 @@ RECIPE_KEYS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "elf-deps": ("str", {}, "error"),
     "host-requires": ("str_list", {}, []),
     "cuda-from-toolchain": ("bool", {}, False),
+    "opt-in": ("str", {}, None),
 }
 # `host-requires` entries: a pkg-config module, optionally with one version bound.
 HOST_REQUIRE = re.compile(r"([A-Za-z0-9_.+-]+)(?:\s*(>=|<=|=|>|<)\s*([0-9][0-9.]*))?")
@@ -330,6 +352,11 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
     config_settings = _config_settings(reader, get("config-settings"))
     extra_exclude, exclude_defaults = get("exclude"), get("exclude-defaults")
     elf_deps, host_requires = get("elf-deps"), get("host-requires")
+    opt_in = get("opt-in")
+    if opt_in is not None and not OPT_IN_REASON.fullmatch(opt_in.strip()):
+        reader.error("opt-in", "give the reason the recipe is left out of a default build: "
+                               f"one line of 1 to {OPT_IN_MAX} printable characters (it is "
+                               "printed when a build skips it)")
 
     for spec in host_requires:
         if not HOST_REQUIRE.fullmatch(spec.strip()):
@@ -376,7 +403,8 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
         fields = _placeholders(local_version)
         usable = fields is not None and set(fields) <= set(LOCAL_PLACEHOLDERS)
-        probe = local_version.format(patchset8="0" * 8, cuda="130") if usable else None
+        probe = local_version.format(patchset8="0" * 8, cuda="130", key8="0" * 8) \
+            if usable else None
         if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
             reader.error("local-version", f"{local_version!r} does not give a PEP 440 local "
                                           "label (lowercase alphanumerics separated by '.')")
@@ -417,7 +445,8 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
         elf_deps=elf_deps, host_requires=tuple(s.strip() for s in host_requires),
         cuda_from_toolchain=cuda_from_toolchain,
-        hints=tuple(literal_arch_hints(data, text if own else "")))
+        hints=tuple(literal_arch_hints(data, text if own else "")),
+        opt_in=opt_in.strip() if opt_in else None)
 
 
 ARCH_LITERAL = re.compile(r"(?<![A-Za-z0-9])(?:sm|compute)_[0-9]{2,3}[af]?(?![A-Za-z0-9])")
@@ -533,6 +562,10 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
             if dep not in recipes and not any(dep in e for e in errors):
                 errors.append(f"{recipe.path}: recipe, key 'depends': no recipe named '{dep}' "
                               f"(recipes: {', '.join(sorted(recipes))})")
+            elif dep in recipes and recipes[dep].opt_in and not recipe.opt_in:
+                errors.append(f"{recipe.path}: recipe, key 'depends': '{dep}' is opt-in "
+                              f"({recipes[dep].opt_in}); a default build would leave it out "
+                              "(make this recipe opt-in too, or drop the dependency)")
     if errors:
         raise SglforgeError("\n".join(errors))
     if not recipes:
@@ -543,12 +576,13 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
 
 
 def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
-    """`names` plus everything they depend on (all recipes when `names` is empty)."""
+    """`names` plus everything they depend on (when `names` is empty: every recipe that is
+    not opt-in; `left_out` says which are skipped then)."""
     for name in names:
         if name not in recipes:
             raise SglforgeError(f"no recipe named '{name}' (recipes: {', '.join(sorted(recipes))})")
     wanted: list[str] = []
-    stack = list(names or sorted(recipes))
+    stack = list(names or sorted(n for n, r in recipes.items() if not r.opt_in))
     while stack:
         name = stack.pop()
         if name not in wanted:
@@ -557,5 +591,16 @@ def select(recipes: dict[str, Recipe], names: list[str]) -> list[str]:
     return sorted(wanted)
 
 
-__all__ = ["ConfigErrors", "Recipe", "load_recipes", "parse_recipe", "recipe_files",
-           "recipe_names", "select"]
+def left_out(recipes: dict[str, Recipe], chosen: list[str]) -> list[Recipe]:
+    """The opt-in recipes a selection leaves out (sorted by name)."""
+    return [recipes[n] for n in sorted(recipes) if recipes[n].opt_in and n not in chosen]
+
+
+def skip_lines(recipes: dict[str, Recipe], chosen: list[str]) -> list[str]:
+    """One line per opt-in recipe left out: what it is, why, and how to build it."""
+    return [f"skipped {r.name} (opt-in: {r.opt_in}); build it by name: nox -s build -- {r.name}"
+            for r in left_out(recipes, chosen)]
+
+
+__all__ = ["ConfigErrors", "Recipe", "left_out", "load_recipes", "parse_recipe",
+           "recipe_files", "recipe_names", "select", "skip_lines"]

@@ -3,6 +3,11 @@ recipe requires (e.g. `sm_120a`). Uses `cuobjdump --list-elf` (CUDA toolkit, or 
 package `nvidia-cuda-cuobjdump`), which prints one line per embedded cubin:
 
     ELF file    1: common_ops.1.sm_120a.cubin
+
+except that a family-specific cubin (`code=sm_120f`) is listed as `….sm_120.cubin` (cuobjdump
+12.8 and 13.5 alike). Where the recipe requires an `f` arch, the fatbin headers of
+`cuobjdump -elf` (`arch = sm_120f`, one per cubin) are read for the ELFs that list the bare
+arch, so an sm_120f build passes and a plain sm_120 one does not.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import sys
 import sysconfig
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 
 CUBIN_LINE = re.compile(r"ELF file\s+[0-9]+:\s*\S*?\.(sm_[0-9]+[af]?)\.cubin")
+FATBIN_ARCH = re.compile(r"arch = (sm_[0-9]+[af]?)")  # a fatbin entry's header in `-elf`
 
 
 @dataclass(frozen=True)
@@ -45,14 +51,37 @@ def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
-def list_archs(cuobjdump: Path, elf: Path) -> tuple[str, ...]:
+def list_archs(cuobjdump: Path, elf: Path, families: bool = False) -> tuple[str, ...]:
+    """The SASS targets of the cubins in `elf`; with `families`, a bare `sm_N` as listed is
+    replaced by what the fatbin headers say (`sm_Nf` for a family-specific cubin)."""
     proc = subprocess.run([str(cuobjdump), "--list-elf", str(elf)], capture_output=True,
                           text=True, check=False)
     text = proc.stdout + proc.stderr
-    archs = sorted(set(CUBIN_LINE.findall(text)))
+    archs = set(CUBIN_LINE.findall(text))
     if proc.returncode != 0 and not archs and "does not contain device code" not in text:
         raise SglforgeError(f"cuobjdump failed on {elf.name}: {text.strip()[-500:]}")
-    return tuple(archs)
+    bare = {a for a in archs if a[-1].isdigit()}
+    if families and bare:
+        headers = fatbin_archs(cuobjdump, elf)
+        archs = (archs - bare) | {a for a in headers if a.rstrip("af") in bare}
+    return tuple(sorted(archs))
+
+
+def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
+    """The `arch = …` line of every fatbin entry `cuobjdump -elf` prints, read as a stream
+    (it also dumps each cubin's sections and symbols: megabytes per cubin)."""
+    found: set[str] = set()
+    with subprocess.Popen([str(cuobjdump), "-elf", str(elf)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, errors="replace") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = FATBIN_ARCH.fullmatch(line.strip())
+            if match:
+                found.add(match.group(1))
+    if proc.returncode != 0:
+        raise SglforgeError(f"cuobjdump -elf failed on {elf.name} (exit status "
+                            f"{proc.returncode})")
+    return found
 
 
 def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list[ElfArchs]:
@@ -67,7 +96,8 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                     continue
             target = Path(tmp) / "member.elf"
             target.write_bytes(archive.read(info))
-            archs = list_archs(cuobjdump, target)
+            archs = list_archs(cuobjdump, target,
+                               families=any(a.endswith("f") for a in required))
             if archs:
                 found.append(ElfArchs(info.filename, archs))
     if required:
@@ -121,11 +151,14 @@ def audit_purity(wheel: Path) -> None:
 # Where a library may come from (what the loader finds in a venv where the wheel is installed):
 #   wheel   a member of the same wheel, reached through an RPATH/RUNPATH entry; `$ORIGIN` is
 #           the installed directory of the ELF (site-packages-relative)
-#   <dist>  a library of an installed distribution the wheel Requires-Dist (apache-tvm-ffi's
-#           tvm_ffi/lib, …), reached through an `$ORIGIN`-relative RPATH entry. torch's lib/
-#           counts only for a torch-ABI-bound wheel (Requires-Dist torch==); the nvidia-* CUDA
-#           wheels (nvidia/*/lib) also count for it, as torch cu13x installs them. Which files
-#           a distribution has comes from the build interpreter's installed copy.
+#   <dist>  a library of an installed distribution the wheel declares, reached through an
+#           `$ORIGIN`-relative RPATH entry: one it Requires-Dist (apache-tvm-ffi's tvm_ffi/lib,
+#           …) or one those require in turn, with the extras asked for (torch ->
+#           cuda-toolkit[cublas,cudart,nvrtc,…] -> nvidia-cublas, … in nvidia/cu13/lib): what
+#           pip installs with the wheel. torch's lib/ counts only for a torch-ABI-bound wheel
+#           (Requires-Dist torch==). Which files a distribution has, and what it requires
+#           (markers evaluated for this host), come from the build interpreter's installed
+#           copies.
 #   system  the ld.so cache (`ldconfig -p`) and the standard directories (/lib, /usr/lib,
 #           /lib64, /usr/lib64, /{usr/,}lib/<multiarch>), minus anything inside a CUDA toolkit
 #           (/usr/local/cuda*, /opt/cuda*): serving hosts have the driver, not the toolkit
@@ -204,14 +237,17 @@ def read_dynamic(data: bytes) -> ElfDynamic | None:
 @dataclass(frozen=True)
 class LibraryWorld:
     """What a serving venv offers besides the wheel: site-packages-relative library dirs of
-    installed distributions (dir -> {file name: distribution}), and the system's libraries."""
+    installed distributions (dir -> {file name: distribution}), the system's libraries, and
+    what each installed distribution requires (canonical name -> its Requires-Dist)."""
 
     site_dirs: dict[str, dict[str, str]]
     system: frozenset[str]
+    requires: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def detect(cls) -> LibraryWorld:
-        return cls(site_dirs=build_env_site_dirs(), system=system_libraries())
+        return cls(site_dirs=build_env_site_dirs(), system=system_libraries(),
+                   requires=build_env_requires())
 
 
 def build_env_site_dirs() -> dict[str, dict[str, str]]:
@@ -231,6 +267,48 @@ def build_env_site_dirs() -> dict[str, dict[str, str]]:
                 directory = posixpath.dirname(path)
                 found.setdefault(directory, {})[base] = name
     return dict(sorted(found.items()))
+
+
+def build_env_requires() -> dict[str, tuple[str, ...]]:
+    """Requires-Dist of every distribution installed for the build interpreter."""
+    import importlib.metadata
+
+    from sglforge.base.requirements import canonical_name
+
+    return {canonical_name(dist.metadata["Name"] or ""): tuple(dist.requires or ())
+            for dist in importlib.metadata.distributions()}
+
+
+def declared_closure(requires: list[str], world: LibraryWorld) -> set[str]:
+    """The distributions a wheel brings along: its Requires-Dist and, through the installed
+    copies' metadata, theirs, with the extras each asks for, markers evaluated for this host
+    (one that cannot be evaluated or parsed counts as absent: its libraries then do not
+    resolve, and the audit names them)."""
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from sglforge.base.requirements import canonical_name
+    from sglforge.wheel.runtime import UnevaluableMarker, marker_applies
+
+    host = default_environment()
+    seen: set[tuple[str, str]] = set()
+    found: set[str] = set()
+    queue = [(text, "") for text in requires]
+    while queue:
+        text, extra = queue.pop()
+        try:
+            req = Requirement(text)
+            if not marker_applies(req, [{**host, "extra": extra}]):
+                continue
+        except (InvalidRequirement, UnevaluableMarker):
+            continue
+        name = canonical_name(req.name)
+        found.add(name)
+        for wanted in ("", *sorted(canonical_name(e) for e in req.extras)):
+            if (name, wanted) not in seen:
+                seen.add((name, wanted))
+                queue += [(t, wanted) for t in world.requires.get(name, ())]
+    return found
 
 
 def system_libraries() -> frozenset[str]:
@@ -274,22 +352,17 @@ def _expand(entry: str, origin: str) -> str | None:
     return None if path == ".." or path.startswith("../") else path.removeprefix("./")
 
 
-def _allowed(dist: str, requires: set[str], torch_bound: bool) -> bool:
+def _allowed(dist: str, declared: set[str], torch_bound: bool) -> bool:
     if dist == "torch":
         return torch_bound
-    if dist.startswith("nvidia-") and torch_bound:
-        return True
-    return dist in requires
+    return dist in declared
 
 
 def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
                          torch_bound: bool, requires: list[str]) -> list[Dependency]:
     """Classify every DT_NEEDED of every ELF member (see the table above)."""
-    from sglforge.base.requirements import canonical_name
-
     installed = {install_path(n) for n in members}
-    required = {canonical_name(re.split(r"[\s;<>=!~\[(]", r.strip(), maxsplit=1)[0])
-                for r in requires}
+    required = declared_closure(requires, world)
     out = []
     for member in sorted(members):
         if member.split("/")[0].endswith(".dist-info"):
@@ -326,7 +399,8 @@ def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world:
         directory, dist = providers[0]
         if not _allowed(dist, required, torch_bound):
             why = (f"in {directory} of {dist}, which the wheel does not require"
-                   + (" (torch counts only with requires-torch-abi)" if dist == "torch" else ""))
+                   + (" (torch counts only with requires-torch-abi)" if dist == "torch" else
+                      " (neither directly nor through what it requires)"))
         else:
             rel = posixpath.relpath(directory, here)
             why = (f"in {directory} of {dist}, but no RPATH entry reaches it (loads only if "
