@@ -41,14 +41,19 @@ def test_only_the_toolkits_gaps_are_filled(tmp_path: Path) -> None:
     env, lib, linked = cuda_gap_env(root, site, toolkit, "13")
     include = Path(env["CPATH"])
     assert sorted(p.name for p in include.iterdir()) == ["cublasLt.h", "nvrtc.h"]
-    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libnvrtc.so"]
+    # every link name is there (so {cuda_gap_lib}/libX.so always names a library); only
+    # the toolkit's gaps point into the wheels
+    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libcudart.so",
+                                                     "libnvrtc.so"]
     assert os.readlink(lib / "libnvrtc.so") == str(site / "nvidia/cu13/lib/libnvrtc.so.13")
+    assert os.readlink(lib / "libcudart.so") == str(toolkit / "lib64/libcudart.so")
+    assert not any("libcudart" in x for x in linked)
     assert env["LIBRARY_PATH"] == str(lib)
     assert "lib/libcublas.so -> libcublas.so.13" in linked
     # a second build starts from a clean directory (nothing stale from an earlier toolchain)
     (site / "nvidia/cu13/lib/libnvrtc.so.13").unlink()
     _, lib, _ = cuda_gap_env(root, site, toolkit, "13")
-    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so"]
+    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libcudart.so"]
 
 
 def test_the_linker_resolves_a_versioned_only_library_through_the_gap_dir(tmp_path: Path) -> None:
