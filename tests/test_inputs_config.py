@@ -52,7 +52,7 @@ def recipe(tmp_path: Path, text: str, name: str = "purepy") -> Path:
 
 def render(r, **extra) -> dict[str, str]:
     values = {"version": "", "local": "", "patchset8": "abcdef12", "cuda": "130", "jobs": "1",
-              "nvcc_threads": "1", "source": "/s", "build_dir": "/b", "build_root": "/r",
+              "nvcc_threads": "1", "source": "/s", "build_dir": "/b", "build_root": "/r", "cuda_gap_lib": "/g",
               **r.arch_values, **extra}
     out = {k: v.format(**values) for k, v in r.env.items()}
     out.update({f"-D{k}": v.format(**values) for k, v in r.cmake_defines.items()})

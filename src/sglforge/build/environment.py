@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
+from sglforge.base.fs import remove_tree
 from sglforge.build import prefixmap
 
 CLOSED_PROXY = "http://127.0.0.1:9"
@@ -119,3 +120,55 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
         env[var] = env[var.upper()] = CLOSED_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""
     return env
+
+
+CUDA_GAPS = "cuda-gaps"  # <build-root>/tools/cuda-gaps/{include,lib}
+
+
+def nvidia_wheel_dir(site_packages: Path, cuda_major: str) -> Path | None:
+    """`nvidia/cu<major>` of the toolchain's nvidia-* wheels: in the toolchain's site-packages,
+    else on this interpreter's path (a toolchain venv layered over a host's torch venv)."""
+    for base in [site_packages, *(Path(p) for p in sys.path if p)]:
+        candidate = base / "nvidia" / f"cu{cuda_major}"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
+                 cuda_major: str) -> tuple[dict[str, str], Path, list[str]]:
+    """Fill what the CUDA toolkit lacks from the toolchain's hash-locked nvidia-* wheels
+    (recipe `cuda-from-toolchain`): a toolkit installed without cuBLAS/NVRTC development files
+    still builds, against the exact libraries torch runs with.
+
+    Only gaps are filled: a header the toolkit has is never shadowed (the wheels' cuda_runtime.h
+    may be a newer patch release than nvcc's). Headers are linked into `include/` (on CPATH,
+    after every -I). `lib/` (on LIBRARY_PATH, and `{cuda_gap_lib}`) holds a link name `libX.so`
+    for every library the wheels ship as `libX.so.N`: to the toolkit's own `libX.so` where it
+    has one, else to the wheel's file (the linker resolves `-lcublas` there; the ELF still
+    records the SONAME libcublas.so.N). Returns (env, lib dir, the gaps filled)."""
+    wheels = nvidia_wheel_dir(site_packages, cuda_major)
+    gaps = root.path / "tools" / CUDA_GAPS
+    remove_tree(gaps)
+    include, lib = gaps / "include", gaps / "lib"
+    include.mkdir(parents=True)
+    lib.mkdir()
+    linked: list[str] = []
+    if wheels is None:
+        return {}, lib, linked
+    toolkit_include = cuda_home / "include" if cuda_home else None
+    toolkit_libs = [cuda_home / d for d in ("lib64", "lib")] if cuda_home else []
+    for header in sorted((wheels / "include").iterdir()) if (wheels / "include").is_dir() else []:
+        if toolkit_include is not None and (toolkit_include / header.name).exists():
+            continue
+        (include / header.name).symlink_to(header)
+        linked.append(f"include/{header.name}")
+    for library in sorted((wheels / "lib").glob("lib*.so.*")):
+        name = library.name.split(".so.")[0] + ".so"
+        if (lib / name).exists() or (lib / name).is_symlink():
+            continue
+        own = next((d / name for d in toolkit_libs if (d / name).exists()), None)
+        (lib / name).symlink_to(own if own is not None else library)
+        if own is None:
+            linked.append(f"lib/{name} -> {library.name}")
+    return {"CPATH": str(include), "LIBRARY_PATH": str(lib)}, lib, linked

@@ -79,7 +79,8 @@ def remote_key(content_key: str, abi: str | None = None) -> str:
 
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
                 tool: ToolchainFingerprint, build_root: Path,
-                dep_keys: dict[str, str], target: str | None = None) -> BuildKey:
+                dep_keys: dict[str, str], target: str | None = None,
+                substituted: dict[str, str] | None = None) -> BuildKey:
     requires = {canonical_name(r) for r in recipe.build_requires}
     toolchain = tool.as_dict()
     toolchain["build_requires"] = {k: v for k, v in toolchain["build_requires"].items()
@@ -89,7 +90,10 @@ def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
         "format": BUILD_FORMAT,
         "recipe": {"name": recipe.name, "sha256": recipe.sha256},
         "sources": [{"name": p.name, "url": p.url, "commit": p.commit, "sha256": p.sha256,
-                     "path": p.path, "fetchcontent": p.fetchcontent}
+                     "path": p.path, "fetchcontent": p.fetchcontent,
+                     # [substitutes]: the local directory's tree stands in for the pin
+                     **({"substitute": substituted[p.name]}
+                        if substituted and p.name in substituted else {})}
                     for p in lock.closure(recipe.upstream)],
         "series": series.digest,
         "toolchain": toolchain,

@@ -51,6 +51,7 @@ from sglforge.build.builduser import BuildUser, build_user
 from sglforge.build.cacheproxy import CacheProxy
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
+from sglforge.sources.substitute import label_segment, provenance_records, substitute_trees
 from sglforge.build.mesonwraps import is_meson_project, place_wrap_inputs
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.build.wheelcache import (
@@ -151,13 +152,21 @@ class PreparedSource:
 
 
 def source_trees(lock: Lockfile, upstream: str, series: PatchSeries, settings: Settings,
-                 tree: Path, exported: dict[str, Path]) -> SourceTrees:
+                 tree: Path, exported: dict[str, Path],
+                 substituted: dict[str, str] | None = None) -> SourceTrees:
     """The upstream's `git write-tree` after its series, and each input's tree; the first is
-    recorded so `plan` can show it."""
+    recorded so `plan` can show it. A substituted input's tree must still be the one the
+    build key was computed with."""
     cache = SourceCache(settings.cache_dir)
     after = worktree_tree(tree)
     TreeRecords(cache).record_patched(lock.get(upstream), series.digest, after)
-    inputs = input_trees(lock, cache, upstream, exported)
+    substituted = substituted or {}
+    inputs = input_trees(lock, cache, upstream, exported, substituted=substituted)
+    for name, expected in substituted.items():
+        if inputs.get(name) != expected:
+            raise SglforgeError(f"{upstream}: substitute for {name} changed during the build "
+                                f"(tree {expected} in the build key, {inputs.get(name)} "
+                                "placed)")
     missing = [name for name, value in inputs.items() if value is None]
     if missing:  # the build just fetched and exported all of them
         raise SglforgeError(f"{upstream}: no tree id for {', '.join(missing)}")
@@ -169,7 +178,8 @@ def source_trees(lock: Lockfile, upstream: str, series: PatchSeries, settings: S
 
 
 def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
-                   settings: Settings) -> PreparedSource:
+                   settings: Settings, substituted: dict[str, str] | None = None
+                   ) -> PreparedSource:
     """Export the recipe's upstream afresh, apply its series, export its FetchContent sources.
 
     Every recipe gets a fresh tree, also when two recipes share an upstream (flashinfer-python
@@ -187,7 +197,8 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
         for pin in lock.fetchcontent(recipe.upstream):
             dep = export_source(lock, pin.name, root.dep(pin.name), settings)
             fetchcontent[pin.fetchcontent] = exported[pin.name] = dep.path
-    trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
+    trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported,
+                         substituted or {})
     return _checked(PreparedSource(tree.path / recipe.subdir, fetchcontent, epoch, trees),
                     recipe, tree.commit)
 
@@ -387,6 +398,13 @@ class _Context:
     cuobjdump: Path | None = None
     libraries: audit.LibraryWorld | None = None
     remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
+    substituted: dict[str, dict[str, str]] = field(default_factory=dict)  # BuildInputs'
+
+    def substitute_label(self, recipe: Recipe) -> str | None:
+        """`sub<8 hex>` when the recipe's inputs are substituted (sources/substitute.py),
+        appended to the wheel's version after post-processing: such a wheel never carries
+        the pinned wheel's name."""
+        return label_segment(self.substituted.get(recipe.name, {}))
 
     def remote_upload(self, key: BuildKey, entry: CacheEntry) -> bool:
         """Upload a wheel built in this run; a failure is a warning (the build succeeded)."""
@@ -454,6 +472,8 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         build_root=str(ctx.settings.build_root),
         content_key=key.value,
         target=ctx.options.target,
+        substitutes=provenance_records(ctx.lock, ctx.settings,
+                                       ctx.substituted.get(recipe.name, {})),
     )
 
 
@@ -474,7 +494,8 @@ def _prepare(ctx: _Context, job: _WheelJob) -> None:
         job.prepared = prepare_dev_source(ctx.lock, job.recipe, job.series, ctx.settings,
                                           job.dev)
     else:
-        job.prepared = prepare_source(ctx.lock, job.recipe, job.series, ctx.settings)
+        job.prepared = prepare_source(ctx.lock, job.recipe, job.series, ctx.settings,
+                                      ctx.substituted.get(job.recipe.name))
 
 
 @dataclass(frozen=True)
@@ -520,6 +541,15 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     }
     env = environment.base_env(root, cuda_home, ctx.cuda.nvcc if ctx.cuda else None,
                                prepared.source_date_epoch)
+    if recipe.cuda_from_toolchain:
+        gap_env, gap_lib, linked = environment.cuda_gap_env(
+            root, Path(values["site_packages"]), cuda_home, ctx.toolchain.cuda.split(".")[0])
+        env.update(gap_env)
+        values["cuda_gap_lib"] = str(gap_lib)
+        print(f"    cuda-from-toolchain: {len(linked)} gap(s) of the CUDA toolkit filled from "
+              "the toolchain's nvidia-* wheels"
+              + (f" ({', '.join(x for x in linked if x.startswith('lib/'))})" if linked else ""),
+              flush=True)
     env.update(plan.env())
     isolation = environment.network_isolation()
     cache = ctx.options.compiler_cache
@@ -645,7 +675,7 @@ def _postprocess(ctx: _Context, job: _WheelJob) -> None:
         retag_local=local if retag else None,
         torch_version=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         provenance=provenance, epoch=prepared.source_date_epoch, exclude=recipe.exclude,
-        dev=job.dev is not None)
+        dev=job.dev is not None, substituted=ctx.substitute_label(recipe))
     removed = job.info.removed
     if removed:
         print(f"    removed {len(removed)} build-litter member(s): "
@@ -723,7 +753,11 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     if ctx.options.use_wheel_cache and not dev:  # a dev wheel is never served as a release
         entry = WheelCache(ctx.settings.cache_dir).store(key.cache_value, final, digest,
                                                          info.name, info.version)
-        if ctx.remote is not None and not ctx.remote.store.read_only:
+        if ctx.substituted.get(recipe.name):  # local use only (sources/substitute.py)
+            if ctx.remote is not None and not ctx.remote.store.read_only:
+                print("    not uploaded to the remote wheel cache: built with substituted "
+                      "inputs", flush=True)
+        elif ctx.remote is not None and not ctx.remote.store.read_only:
             with ctx.report.steps.step(f"{recipe.name}: upload"):
                 uploaded = ctx.remote_upload(key, entry)
     return BuiltWheel(recipe.name, final, digest, info.name, info.version,
@@ -798,6 +832,8 @@ class BuildInputs:
     cuda: CudaToolkit | None
     tool: ToolchainFingerprint
     target: Target | None = None
+    # recipe -> {pin name -> tree id} of the [substitutes] in its upstream's closure
+    substituted: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def keys(self, build_root: Path) -> dict[str, BuildKey]:
         """The content key of every selected recipe, dependencies first (each key holds its
@@ -807,7 +843,8 @@ class BuildInputs:
             recipe = self.recipes[name]
             keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
                                      build_root, {d: keys[d].value for d in recipe.depends},
-                                     target=self.target.name if self.target else None)
+                                     target=self.target.name if self.target else None,
+                                     substituted=self.substituted.get(name))
         return keys
 
 
@@ -833,7 +870,15 @@ def load_inputs(project: Project, settings: Settings,
                        environment.search_path(cuda.home if cuda else None),
                        versions=versions)
     versions.save()
-    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool, chosen)
+    substituted = {n: trees for n in order
+                   if (trees := substitute_trees(lock, settings, recipes[n].upstream))}
+    for name, trees in substituted.items():
+        for pin, tree in trees.items():
+            print(f"warning: {name}: {pin} is SUBSTITUTED by a local directory (tree "
+                  f"{tree[:12]}; [substitutes] in the user config): the wheel is for local "
+                  "use only", flush=True)
+    return BuildInputs(lock, toolchain, recipes, order, series, cuda, tool, chosen,
+                       substituted)
 
 
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
@@ -856,7 +901,8 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
-                   report, remote=remote_tier(settings, options))
+                   report, remote=remote_tier(settings, options),
+                   substituted=inputs.substituted)
     root.path.mkdir(parents=True, exist_ok=True)
     # a target's wheels never replace the product's wheels/ and lockfiles/wheels.lock
     publish = options.out_dir is None and (dev_name is None or options.publish_dev) \

@@ -19,6 +19,9 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
         chosen = load_target(project.root, target)
         out.insert(0, f"target {chosen.name} ({chosen.path.relative_to(project.root)}"
                       + (f": {chosen.description}" if chosen.description else "") + ")")
+    from sglforge.sources.substitute import substitutes_for
+
+    substitutes = substitutes_for(lock, settings)
     width = max(len(p.name) for p in lock.pins) if lock.pins else 0
     for pin in lock.pins:
         what = pin.commit or f"sha256:{pin.sha256}"
@@ -31,6 +34,10 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
         if pin.sdist:
             placement += f"  sdist {pin.sdist} from the package index"
         out.append(f"  {pin.name:<{width}}  {what}{ref}{placement}")
+        if pin.name in substitutes:  # the user config's, not the project's: say it loudly
+            sub = substitutes[pin.name]
+            out.append(f"  {'':<{width}}    SUBSTITUTED by {sub.path} ({sub.origin}): "
+                       f"{sub.reason}; wheels built with it are for local use only")
         for embed in pin.embeds:  # claims of the archive, never fetched: say so
             claimed = f"claimed {embed.claimed_commit[:12]}" if embed.claimed_commit \
                 else "no commit claimed"
@@ -55,7 +62,7 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
             else:
                 out.append(f"    {entry.name}  sha256:{entry.digest[:12]}")
     out.append("")
-    out += _tree_lines(lock, all_series, settings)
+    out += _tree_lines(lock, all_series, settings, substitutes)
     out.append("")
     out.append(f"steps (cache {settings.cache_dir}, build root {settings.build_root}):")
     step = 0
@@ -83,7 +90,8 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
     return "\n".join(out)
 
 
-def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[str]:
+def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings,
+                substitutes: dict) -> list[str]:
     """Tree ids a build would compile, where the source cache already knows them (plan runs
     nothing: an upstream with a series is known once `patches check` or a build recorded it)."""
     from sglforge.sources.cache import SourceCache
@@ -97,6 +105,9 @@ def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings) -> list[st
         out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else
                                                f"{NOT_COMPUTED} {upstream.name}"))
         for pin in lock.closure(upstream.name)[1:]:
+            if pin.name in substitutes:
+                out.append(f"    {pin.name}: substituted (its tree is computed by the build)")
+                continue
             value = input_tree(cache, pin)
             out.append(f"    {pin.name}: " + (f"tree {value}" if value else
                                               f"{NOT_COMPUTED} {upstream.name} (after fetch)"))

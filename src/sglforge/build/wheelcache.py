@@ -354,6 +354,8 @@ class RemoteWheelCache:
                          f"up {content_key[:12]}")
         if provenance.dev:  # incremental, never uploaded by sglforge: planted
             raise refuse("a dev build (`build --dev`), never a release wheel")
+        if provenance.substitutes:  # local use only, never uploaded by sglforge: planted
+            raise refuse("built with substituted inputs, never uploaded by sglforge")
         if name != canonicalize_name(expected.name):
             raise refuse(f"its METADATA Name {identity.name!r} is not {expected.name}, the "
                          "wheel the recipe builds")

@@ -153,7 +153,15 @@ def _tree_lines(lock, name: str, series, settings, tree: Path) -> list[str]:  # 
     after = worktree_tree(tree)
     TreeRecords(cache).record_patched(lock.get(name), series.digest, after)
     lines = [f"tree {after} (git write-tree after the series)"]
+    from sglforge.sources.substitute import substitute_tree, substitutes_for
+
+    substitutes = substitutes_for(lock, settings, name)
     for pin in lock.closure(name)[1:]:
+        if pin.name in substitutes:  # the user config's directory, not the pin
+            lines.append(f"input {pin.name} (FetchContent): SUBSTITUTED by "
+                         f"{substitutes[pin.name].path}, tree "
+                         f"{substitute_tree(substitutes[pin.name])} (not the pin's)")
+            continue
         value = input_tree(cache, pin)
         if value is None and pin.sha256 and cache.tarball(pin.sha256).exists():
             with tempfile.TemporaryDirectory(prefix="sglforge-tree-") as tmp:

@@ -72,6 +72,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(f"fetched   {line}")
     for line in report.cached:
         print(f"cached    {line}")
+    for line in report.substituted:
+        print(f"SUBSTITUTED {line}")
     for line in report.warnings:
         print(f"warning:  {line}")
     if args.bundle:

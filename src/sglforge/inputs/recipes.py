@@ -18,6 +18,9 @@
     elf-deps = "error"                       # unresolvable DT_NEEDED: "error" or "warn"
     host-requires = ["ucx >= 1.22"]          # system libraries (pkg-config modules), checked
                                              # before anything is fetched or installed
+    cuda-from-toolchain = true               # headers and link names the CUDA toolkit lacks
+                                             # (cuBLAS, NVRTC, ...) from the toolchain's
+                                             # nvidia-* wheels (build/environment.py)
     opt-in = "hours of nvcc; runtime JIT"    # built only when named (`build -- NAME`); the
                                              # reason is printed when a build skips it
     [env]                                    # environment of the build, placeholders allowed
@@ -47,7 +50,8 @@ opt-in where it is not built). Per recipe, never in the shared defaults.
 
 Placeholders: {version} {local} {patchset8} {cuda} {jobs} {nvcc_threads} {source} {build_dir}
 {build_root} {site_packages} (the toolchain venv's, where build-input wheels such as
-libucx-cu13 live), and the arch list in the form each consumer wants, all derived from `cuda-archs`
+libucx-cu13 live), {cuda_gap_lib} (with cuda-from-toolchain: the directory of link names such
+as libnvrtc.so that the build gets from the toolchain's nvidia-* wheels), and the arch list in the form each consumer wants, all derived from `cuda-archs`
 (the one place a recipe names archs; `ARCH_FORMS`), e.g. for ["sm_120a", "sm_90a"]:
     {cmake_cuda_architectures}   "120a;90a"    CMAKE_CUDA_ARCHITECTURES
     {torch_cuda_arch_list}       "12.0a 9.0a"  TORCH_CUDA_ARCH_LIST
@@ -109,7 +113,7 @@ ARCH_FORMS: dict[str, Callable[[tuple[str, ...]], str]] = {
     "nixl_cuda_arch_list": lambda archs: ",".join(_arch_parts(a)[0] for a in archs),
 }
 PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
-                "build_dir", "build_root", "site_packages", *ARCH_FORMS)
+                "build_dir", "build_root", "site_packages", "cuda_gap_lib", *ARCH_FORMS)
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
 # never in the defaults
@@ -151,6 +155,7 @@ class Recipe:
     exclude: tuple[str, ...] = ()  # build-litter patterns (defaults included unless opted out)
     elf_deps: str = "error"  # what an unresolvable DT_NEEDED is: "error" | "warn"
     host_requires: tuple[str, ...] = ()  # system libraries, as pkg-config modules ("ucx >= 1.22")
+    cuda_from_toolchain: bool = False  # fill the CUDA toolkit's gaps from nvidia-* wheels
     hints: tuple[str, ...] = ()  # advice, not errors (e.g. a literal arch; `patches lint`)
     opt_in: str | None = None  # why a build that names no recipes leaves this one out
 
@@ -206,7 +211,7 @@ def _placeholders(template: str) -> list[str] | None:
 
 
 def _check_template(reader: TableReader, key: str, template: str, allowed: tuple[str, ...],
-                    has_version: bool) -> None:
+                    has_version: bool, cuda_from_toolchain: bool = False) -> None:
     fields = _placeholders(template)
     if fields is None:
         reader.error(key, f"{template!r} is not a valid template (unbalanced braces, "
@@ -218,6 +223,8 @@ def _check_template(reader: TableReader, key: str, template: str, allowed: tuple
                               f"(known: {', '.join('{' + a + '}' for a in allowed)})")
         elif name == "version" and not has_version:
             reader.error(key, "{version} needs 'base-version' in the recipe")
+        elif name == "cuda_gap_lib" and not cuda_from_toolchain:
+            reader.error(key, "{cuda_gap_lib} needs 'cuda-from-toolchain = true' in the recipe")
 
 
 # key -> (TableReader getter, its checks, value when absent): the one declaration of a
@@ -244,6 +251,7 @@ RECIPE_KEYS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "exclude-defaults": ("bool", {}, True),
     "elf-deps": ("str", {}, "error"),
     "host-requires": ("str_list", {}, []),
+    "cuda-from-toolchain": ("bool", {}, False),
     "opt-in": ("str", {}, None),
 }
 # `host-requires` entries: a pkg-config module, optionally with one version bound.
@@ -407,14 +415,16 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
     for pattern in extra_exclude:
         if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
             reader.error("exclude", f"{pattern!r} is not a member pattern like '*.a' or 'build/'")
-    for table, values in (("env", env), ("cmake-defines", cmake_defines),
-                          ("config-settings", config_settings)):
-        for key, value in values.items():
+    cuda_from_toolchain = bool(get("cuda-from-toolchain"))
+    for table, entries in (("env", env), ("cmake-defines", cmake_defines),
+                           ("config-settings", config_settings)):
+        for key, value in entries.items():
             if table != "config-settings" and not ENV_NAME.fullmatch(key) and not (
                     table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key)):
                 reader.error(table, f"{key!r} is not a valid name")
             for item in (value if isinstance(value, tuple) else (value,)):
-                _check_template(reader, table, item, PLACEHOLDERS, has_version)
+                _check_template(reader, table, item, PLACEHOLDERS, has_version,
+                                cuda_from_toolchain)
     problems.raise_if_any()
     raw = read_capped(path, TOML_INPUT_CAP, "recipe")
     digest = hashlib.sha256(raw)
@@ -434,6 +444,7 @@ def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
         cmake_defines=cmake_defines, config_settings=config_settings,
         exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
         elf_deps=elf_deps, host_requires=tuple(s.strip() for s in host_requires),
+        cuda_from_toolchain=cuda_from_toolchain,
         hints=tuple(literal_arch_hints(data, text if own else "")),
         opt_in=opt_in.strip() if opt_in else None)
 

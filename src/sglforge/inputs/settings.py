@@ -28,6 +28,9 @@ entries replace the file's for the same prefix.
     read-only = true                        # SGLFORGE_WHEEL_CACHE_READ_ONLY; untrusted jobs
     max-size = "16GiB"                      # SGLFORGE_WHEEL_CACHE_MAX_SIZE: largest download
     download-deadline = 1800                # SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE (seconds)
+    [substitutes."sglang-kernel.repo-triton"]   # config file only (sources/substitute.py)
+    path = "/srv/subst/triton-v3.6.0"       # a local directory used in place of the pin
+    reason = "the triton snapshot is over the fetch limit here"
 
 `[wheel-cache]` is read by its own declaration (`WheelCacheSettings`, `_wheel_cache_layer`);
 its origins are named `wheel-cache.remote` / `wheel-cache.read-only`. The remote URL is
@@ -37,6 +40,7 @@ checked when loaded (`base.remotestore.url_problem`) and shown without credentia
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -111,6 +115,21 @@ class WheelCacheSettings:
 
 
 @dataclass(frozen=True)
+class Substitute:
+    """A local directory the builder uses in place of a pinned FetchContent input it cannot
+    fetch (sources/substitute.py says what follows from that). Only the user config names one:
+    the project's files come from other people's pull requests."""
+
+    name: str  # the pin it stands in for (lockfiles/upstreams.toml `name`)
+    path: Path  # absolute
+    reason: str
+    origin: str  # "config: <file>, [substitutes."<name>"]"
+
+
+SUBSTITUTE_NAME = r"[a-z0-9][a-z0-9._-]*"
+
+
+@dataclass(frozen=True)
 class Settings:
     # one declaration per key: TOML name, environment variable, default (tomlfile.key)
     cache_dir: Path = key("cache-dir", env="SGLFORGE_CACHE_DIR",  # noqa: RUF009
@@ -124,6 +143,7 @@ class Settings:
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
     compiler_cache: CompilerCacheSettings = field(default_factory=CompilerCacheSettings)
     wheel_cache: WheelCacheSettings = field(default_factory=WheelCacheSettings)
+    substitutes: tuple[Substitute, ...] = field(default_factory=tuple)
     config_path: Path | None = None
     # key ("cache-dir", ...) or "mirror <prefix>" -> "default", "config: <file>",
     # "env: SGLFORGE_…", "cli: --…"
@@ -377,8 +397,49 @@ def _merge_table(table: SettingsTable, file_layer: Mapping[str, Any], config_ori
     return values
 
 
+def _substitute_key_line(text: str, name: str, key: str) -> int | None:
+    """Line of `key` inside `[substitutes."<name>"]` (None for an inline table)."""
+    header = re.compile(r"^\s*\[\s*substitutes\s*\.\s*[\"']?" + re.escape(name) + r"[\"']?\s*\]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if header.match(line):
+            return key_line(text, number, key)
+    return None
+
+
+def _substitutes(reader: TableReader, text: str, path: Path) -> list[Substitute]:
+    """`[substitutes."<pin>"]` tables: `path` (an absolute directory) and `reason`, both
+    required; whether the pin exists is checked against the lockfile where one is used."""
+    found: list[Substitute] = []
+    for name, raw in (reader.table("substitutes") or {}).items():
+        where = f'[substitutes."{name}"]'
+        if not isinstance(name, str) or not re.fullmatch(SUBSTITUTE_NAME, name):
+            reader.error("substitutes", f"{_shown(name)} is not a source name from "
+                                        "lockfiles/upstreams.toml")
+            continue
+        if not isinstance(raw, dict):
+            reader.error("substitutes", f"{where} must be a table with path and reason, got "
+                                        f"{_shown(raw)}")
+            continue
+        sub = TableReader(raw, reader.problems, f"config {where}",
+                          locate=lambda k, n=name: _substitute_key_line(text, n, k))
+        directory = sub.str("path", required=True)
+        reason = sub.str("reason", required=True)
+        sub.finish()
+        if directory is None or reason is None:
+            continue
+        if not reason.strip():
+            sub.error("reason", "must say why the pinned source cannot be used")
+            continue
+        if not Path(directory).is_absolute():
+            sub.error("path", f"{directory!r} must be an absolute path")
+            continue
+        found.append(Substitute(name, Path(directory), reason.strip(),
+                                f"config: {path}, {where}"))
+    return found
+
+
 def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
-                                    dict[str, tuple[dict[str, Any], bool]]]:
+                                    dict[str, tuple[dict[str, Any], bool]], list[Substitute]]:
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "config", locate=lambda k: key_line(text, 1, k))
@@ -399,9 +460,10 @@ def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
             continue
         mirrors.append(Mirror(upstream, mirror))
     tables = {t.name: _table_file_layer(reader, text, t) for t in (COMPILER_CACHE, WHEEL_CACHE)}
+    substitutes = _substitutes(reader, text, path)
     reader.finish()
     problems.raise_if_any()
-    return layer, mirrors, tables
+    return layer, mirrors, tables, substitutes
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -453,8 +515,9 @@ def load_settings(
     file_layer: dict[str, Any] = {}
     mirrors: list[Mirror] = []
     tables: dict[str, tuple[dict[str, Any], bool]] = {}
+    substitutes: list[Substitute] = []
     if path.exists():
-        file_layer, mirrors, tables = _file_layer(path)
+        file_layer, mirrors, tables, substitutes = _file_layer(path)
     elif how is not None:
         raise SglforgeError(f"{path}: config file not found (set by --config or {CONFIG_ENV})")
     config_origin = f"config: {path}"
@@ -493,7 +556,7 @@ def load_settings(
         WHEEL_CACHE, tables.get(WHEEL_CACHE.name, ({}, False))[0], config_origin, environ, {},
         origins))
     return Settings(**values, mirrors=tuple(mirrors), compiler_cache=cache,
-                    wheel_cache=wheel_cache,
+                    wheel_cache=wheel_cache, substitutes=tuple(substitutes),
                     config_path=path if path.exists() else None, origins=origins)
 
 
@@ -533,6 +596,10 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
     for m in settings.mirrors:
         lines.append(f"  {mask_url(m.upstream)} -> {mask_url(m.mirror)}   "
                      f"({settings.origin('mirror ' + m.upstream)})")
+    if settings.substitutes:
+        lines.append("substitutes (pins NOT used; wheels built with them are local-only):")
+    for sub in settings.substitutes:
+        lines.append(f"  {sub.name} -> {sub.path}   ({sub.origin}): {sub.reason}")
     return "\n".join(lines)
 
 

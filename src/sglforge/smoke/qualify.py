@@ -116,6 +116,18 @@ def _host(opts: Any, qual: RunFacts) -> dict[str, Any]:
     return host
 
 
+def substituted_wheels(env: Any) -> dict[str, list[str]]:
+    """Distribution -> the pins its provenance says were substituted (sources/substitute.py)."""
+    if env is None:
+        return {}
+    out = {}
+    for pkg in env.packages:
+        subs = pkg.provenance.substitutes if pkg.provenance is not None else None
+        if subs:
+            out[pkg.name] = [str(s.get("name")) for s in subs]
+    return out
+
+
 def _limitations(opts: Any, report: Any, qual: RunFacts) -> list[str]:
     profile = opts.profile
     out = list(profile.limitations)
@@ -127,6 +139,9 @@ def _limitations(opts: Any, report: Any, qual: RunFacts) -> list[str]:
                    "without --lock), so this receipt qualifies no wheels and cannot be "
                    "promoted")
     env = qual.environment
+    for name, subs in sorted(substituted_wheels(env).items()):
+        out.append(f"{name} was built with substituted inputs ({', '.join(subs)}: local "
+                   "directories in place of their pins); this receipt cannot promote it")
     if env is not None:
         others = sorted(p.name for p in env.packages if p.provenance is None)
         if others:
@@ -155,5 +170,6 @@ def write_run_receipt(opts: Any, report: Any, qual: RunFacts, duration: float) -
     receipt = build_receipt(report=report, profile=opts.profile, wheels=qual.wheels,
                             model=qual.model, host=_host(opts, qual), duration=duration,
                             limitations=_limitations(opts, report, qual),
-                            stack_origins=_origins(qual))
+                            stack_origins=_origins(qual),
+                            substituted=substituted_wheels(qual.environment))
     return write_receipt(opts.run_dir, receipt, opts.sign_key)

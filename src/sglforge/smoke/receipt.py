@@ -77,7 +77,8 @@ def gates_passed(checks: list[dict[str, Any]], result: str) -> bool:
 
 def build_receipt(*, report: Any, profile: Any, wheels: dict | None, model: dict | None,
                   host: dict, duration: float, limitations: list[str],
-                  stack_origins: dict | None = None) -> dict[str, Any]:
+                  stack_origins: dict | None = None,
+                  substituted: dict[str, list[str]] | None = None) -> dict[str, Any]:
     checks = [check_entry(c) for c in report.checks]
     profile_bytes = Path(profile.path).read_bytes() if Path(profile.path).is_file() else b""
     return {
@@ -90,7 +91,9 @@ def build_receipt(*, report: Any, profile: Any, wheels: dict | None, model: dict
         "host": host,
         "profile": {"name": profile.name, "path": str(profile.path),
                     "sha256": hashlib.sha256(profile_bytes).hexdigest()},
-        "model": model, "checks": checks, "limitations": limitations}
+        "model": model, "checks": checks, "limitations": limitations,
+        # distribution -> pins built from [substitutes] directories (promotion refuses them)
+        "substituted": substituted or {}}
 
 
 def write_receipt(run_dir: Path, receipt: dict[str, Any],
@@ -177,6 +180,10 @@ def load_receipt(path: Path) -> Receipt:
             isinstance(c, dict) and isinstance(c.get("name"), str)
             and isinstance(c.get("passed"), bool) for c in data["checks"]):
         raise bad("'checks' must be a list of {name, passed, ...}")
+    subs = data.get("substituted")
+    if subs is not None and not (isinstance(subs, dict) and all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in subs.values())):
+        raise bad("'substituted' must map distribution names to lists of pin names")
     ws = data.get("wheel_set")
     if ws is None:
         raise bad("names no wheel set (the run was not given a lock): it qualifies no wheels")

@@ -24,6 +24,7 @@ from sglforge.sources.archivetree import (
 )
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.fetch import verify_git_pin
+from sglforge.sources.substitute import place_substitute, substitutes_for
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ExportedTree:
     commit: str | None  # the pin's commit; an archive upstream: its import commit
     placed: tuple[str, ...]  # "<path> @ <commit>" of submodules placed inside
     imported: ImportedArchive | None = None  # an archive upstream (sources/archivetree.py)
+    substitute: str | None = None  # placed from [substitutes] instead of the pin
 
 
 
@@ -81,6 +83,11 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
     """
     cache = SourceCache(settings.cache_dir)
     pin = lock.get(name)
+    substitute = substitutes_for(lock, settings).get(name)
+    if substitute is not None:  # the user config's local directory, not the pin
+        place_substitute(substitute, dest)
+        return ExportedTree(name=name, path=dest, commit=None, placed=(),
+                            substitute=substitute.name)
     imported = None
     with staging_dir(dest) as staged:
         if pin.is_git:

@@ -47,6 +47,7 @@ class FetchReport:
     cached: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    substituted: list[str] = field(default_factory=list)  # [substitutes]: not fetched
 
 
 
@@ -234,10 +235,17 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     Offline, nothing is fetched; every missing item is listed in one error.
     """
     from sglforge.sources.sdist import fetch_sdist
+    from sglforge.sources.substitute import substitutes_for
 
     cache = SourceCache(settings.cache_dir)
     report = FetchReport()
+    substitutes = substitutes_for(lock, settings)
     pins = pinned_set(lock, names, with_children=with_children)
+    for pin in [p for p in pins if p.name in substitutes]:
+        sub = substitutes[pin.name]
+        report.substituted.append(f"{pin.name} {pin.short}: NOT fetched; {sub.path} stands in "
+                                  f"({sub.origin}: {sub.reason})")
+    pins = [p for p in pins if p.name not in substitutes]
     with cache.locked():
         cache.remove_partial_downloads()  # a killed run's; under the lock, nobody else's
         for pin in pins:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,9 +106,13 @@ class TreeRecords:
         self._write(f"archive-{sha256}", tree)
 
 
-def input_tree(cache: SourceCache, pin: Pin, exported: Path | None = None) -> str | None:
+def input_tree(cache: SourceCache, pin: Pin, exported: Path | None = None,
+               substituted: bool = False) -> str | None:
     """The tree of one child input: a submodule's from the cache; an archive's from its
-    record, else computed from `exported` (its extracted directory) and recorded."""
+    record, else computed from `exported` (its extracted directory) and recorded. A
+    substituted input's is computed from `exported` and never recorded under the pin."""
+    if substituted:
+        return directory_tree(exported) if exported is not None else None
     if pin.commit is not None:
         return pin_tree(cache, pin)
     assert pin.sha256 is not None
@@ -120,9 +125,11 @@ def input_tree(cache: SourceCache, pin: Pin, exported: Path | None = None) -> st
 
 
 def input_trees(lock: Lockfile, cache: SourceCache, upstream: str,
-                exported: dict[str, Path] | None = None) -> dict[str, str | None]:
+                exported: dict[str, Path] | None = None,
+                substituted: Collection[str] = ()) -> dict[str, str | None]:
     """Child pin name -> tree id (None: not computable from what is here)."""
-    return {pin.name: input_tree(cache, pin, (exported or {}).get(pin.name))
+    return {pin.name: input_tree(cache, pin, (exported or {}).get(pin.name),
+                                 substituted=pin.name in substituted)
             for pin in lock.closure(upstream)[1:]}
 
 

@@ -117,6 +117,11 @@ def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - smo
     if data.get("result") != "pass":
         problems.append(f"the smoke run's result is {data.get('result')!r}, not 'pass'"
                         + (f" ({data.get('failure')})" if data.get("failure") else ""))
+    substituted = data.get("substituted") or {}
+    if substituted:
+        problems.append("the qualified stack holds wheels built with substituted inputs ("
+                        + "; ".join(f"{name}: {', '.join(map(str, subs))}" for name, subs
+                                    in sorted(substituted.items())) + "): local use only")
     failed = [c for c in data["checks"] if not c["passed"] and c.get("enforced", True)]
     problems += [f"check {c['name']!r} failed: {str(c.get('detail', ''))[:200]}" for c in failed]
     for name in channel.require_checks:
@@ -131,6 +136,22 @@ def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - smo
                             f"failed (not enforced by the profile): "
                             f"{str(check.get('detail', ''))[:200]}")
     return problems
+
+
+def _local_only(wheel: Path) -> str | None:
+    """Why an sglforge wheel must not be promoted (built with [substitutes]), or None; a wheel
+    without sglforge provenance (a third-party pin) is not ours to judge."""
+    from sglforge.sources.substitute import substitute_problem
+    from sglforge.wheel.provenance import read_json
+
+    if not wheel.name.endswith(".whl"):
+        return None
+    try:
+        data = read_json(wheel)
+    except SglforgeError:
+        return None
+    return substitute_problem(data.get("substitutes") if isinstance(data, dict) else None,
+                              str(wheel))
 
 
 def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel],
@@ -171,6 +192,9 @@ def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel
             if digest != f.sha256:
                 missing.append(f"{path}: sha256 {digest}, the receipt and index say "
                                f"{f.sha256}: the candidate file changed; not promoted")
+                continue
+            if problem := _local_only(path):  # whatever the receipt says of it
+                missing.append(problem)
                 continue
             files.append(index.IndexFile(filename=f.filename, project=f.project,
                                          sha256=f.sha256, requires_python=f.requires_python,

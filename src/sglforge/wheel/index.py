@@ -443,6 +443,18 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
     return result
 
 
+def refuse_local_only(wheels: Any, verb: str) -> None:
+    """A wheel built with [substitutes] never leaves the host (sources/substitute.py)."""
+    from sglforge.sources.substitute import substitute_problem
+
+    problems = [p for w in wheels
+                if (p := substitute_problem(w.provenance.substitutes, str(w.file)))]
+    if problems:
+        raise SglforgeError(f"{verb}: refused: " + "; ".join(problems),
+                            hint="remove the [substitutes] from the user config once the "
+                                 "pinned sources can be fetched, and rebuild")
+
+
 def stack_files(wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...],
                 runtime: bool = True) -> tuple[list[IndexFile], int]:
     """The files of the stack `bundle` ships, as IndexFiles: our wheels (wheels/, checked
@@ -453,6 +465,7 @@ def stack_files(wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...],
     from sglforge.wheel.bundle import cached_sha256, find_runtime_wheels
 
     wheelset = load_wheelset(wheels_dir, lock)
+    refuse_local_only(wheelset.wheels, "publish")
     files = [describe_wheel(w.file, w.sha256) for w in wheelset.wheels]
     third = list(wheelset.third_party)
     if not runtime or not third:

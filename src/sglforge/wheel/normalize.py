@@ -281,21 +281,27 @@ def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, loc
 DEV_LABEL = "dev"
 
 
+def with_local_segment(version: str, segment: str) -> str:
+    """`1.0+cu130.ab12cd34` -> `1.0+cu130.ab12cd34.<segment>`, `1.0` -> `1.0+<segment>`."""
+    return f"{version}.{segment}" if "+" in version else f"{version}+{segment}"
+
+
 def dev_version(version: str) -> str:
     """The label of a `build --dev` wheel: `1.0+cu130.ab12cd34` -> `1.0+cu130.ab12cd34.dev`,
     `1.0` -> `1.0+dev` (PEP 440 local segments), so it never passes for a release build."""
-    return f"{version}.{DEV_LABEL}" if "+" in version else f"{version}+{DEV_LABEL}"
+    return with_local_segment(version, DEV_LABEL)
 
 
 def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
                 expected_local: str | None, torch_version: str | None,
                 provenance: Provenance, epoch: int, retag_local: str | None = None,
-                exclude: tuple[str, ...] = DEFAULT_EXCLUDE, dev: bool = False
-                ) -> tuple[Path, WheelInfo]:
+                exclude: tuple[str, ...] = DEFAULT_EXCLUDE, dev: bool = False,
+                substituted: str | None = None) -> tuple[Path, WheelInfo]:
     """Write the normalized, stamped wheel into `out_dir`; return its path and metadata.
 
     `dev`: a `build --dev` wheel, checked like a release build and then relabelled
-    (`dev_version`); its provenance says `dev: true`.
+    (`dev_version`); its provenance says `dev: true`. `substituted`: a local-version segment
+    (`sub<8 hex>`, sources/substitute.py) appended after the checks, like the dev label.
 
     Members matching `exclude` are dropped (listed in `info.removed` and in the provenance);
     a wheel that holds an ELF gets a platform tag and `Root-Is-Purelib: false`."""
@@ -315,6 +321,9 @@ def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
     if torch_version is not None:
         meta_path, data = _metadata(members)
         members[meta_path] = pin_torch(data, torch_version)
+    if substituted is not None:
+        members, modes, info = relabel(members, modes, info,
+                                       with_local_segment(info.version, substituted))
     if dev:
         members, modes, info = relabel(members, modes, info, dev_version(info.version))
         provenance = dataclasses.replace(provenance, dev=True)

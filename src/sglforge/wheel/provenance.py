@@ -29,7 +29,7 @@ REQUIRED = ("upstream", "commit", "version", "cuda_archs", "requires_torch", "to
 _OPTIONAL_STR = ("generated_by", "wheel", "url", "subdir", "series_sha256", "recipe_sha256",
                  "build_root", "content_key", "tree", "sha256", "sdist", "target")
 _OPTIONAL_INT = ("format", "source_date_epoch")
-_OPTIONAL_OBJECT_LISTS = ("sources", "patches", "embeds")
+_OPTIONAL_OBJECT_LISTS = ("sources", "patches", "embeds", "substitutes")
 _OPTIONAL_BOOL = ("dev",)
 
 
@@ -66,6 +66,9 @@ class Provenance:
     content_key: str | None = None
     removed: tuple[str, ...] | None = None  # build litter dropped by post-processing
     dev: bool | None = None  # True: `build --dev` (incremental; verify and the smoke refuse it)
+    # [substitutes]: pinned inputs built from a local directory instead (sources/substitute.py):
+    # name, pinned, url, tree, path, reason; such a wheel never leaves the host
+    substitutes: tuple[dict[str, Any], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     # -- JSON ---------------------------------------------------------------------------------
