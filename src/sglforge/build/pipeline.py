@@ -177,6 +177,14 @@ def source_trees(lock: Lockfile, upstream: str, series: PatchSeries, settings: S
 # prepare: export + patch (the one seam where patch application plugs in)
 
 
+def commit_time(tree: Path, commit: str | None) -> int:
+    """The pin's committer time (SOURCE_DATE_EPOCH). `log --no-walk` reads the one commit:
+    `show -s` would also read its parent's tree, which a source cache made by a depth-1 fetch
+    (a snapshot gap worked around) does not have."""
+    return int(git_out("log", "-1", "--no-walk", "--format=%ct", "--end-of-options",
+                       commit or "HEAD", "--", cwd=tree))
+
+
 def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
                    settings: Settings, substituted: dict[str, str] | None = None
                    ) -> PreparedSource:
@@ -188,7 +196,7 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     """
     root = BuildRoot(settings.build_root)
     tree = export_source(lock, recipe.upstream, root.src(recipe.upstream), settings)
-    epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
+    epoch = commit_time(tree.path, tree.commit)
     apply_series(tree.path, series, settings)  # strictly, one commit per entry
     fetchcontent, exported = {}, {}
     if is_meson_project(tree.path):
@@ -230,7 +238,7 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     synced into its live tree: only files whose bytes differ are written."""
     remove_tree(ws.scratch)
     tree = export_source(lock, recipe.upstream, ws.scratch / "tree", settings)
-    epoch = int(git_out("show", "-s", "--format=%ct", tree.commit, cwd=tree.path))
+    epoch = commit_time(tree.path, tree.commit)
     apply_series(tree.path, series, settings)
     after = worktree_tree(tree.path)
     live = ws.slot("tree").live
