@@ -120,6 +120,9 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
             if layout is not None:
                 hoist(staged, layout)
                 imported = commit_archive_tree(staged, pin, layout.newest)
+        # the staging directory is mkdtemp's 0700: a build running as the unprivileged build
+        # user (build/builduser.py) must still read an exported input it does not own
+        staged.chmod(0o755)
         replace_dir(staged, dest)
     return ExportedTree(name=name, path=dest, placed=tuple(placed), imported=imported,
                         commit=imported.commit if imported else pin.commit)
