@@ -216,3 +216,29 @@ def test_substitute_with_a_link_out_of_it_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"{sub}/include/passwd.h links outside {sub}" in result.stderr
     assert not (project.root / "wheels" / "manifest.json").exists()
+
+
+def test_a_smoke_receipt_names_substituted_wheels(tmp_path: Path) -> None:
+    """The receipt side: a stack whose wheel says it was built with substitutes is named in
+    the limitations and in `substituted`, which promotion refuses (judge_receipt)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sglforge.smoke.qualify import substituted_wheels
+    from sglforge.wheel.channels import Channel, judge_receipt
+    from tests.smoke.conftest import provenance
+
+    stamped = dataclasses.replace(provenance("sglang-kernel", "0.4.4+x", ["sm_90a"]),
+                                  substitutes=({"name": "sglang-kernel.repo-triton"},))
+    env = SimpleNamespace(packages=[
+        SimpleNamespace(name="sglang-kernel", provenance=stamped),
+        SimpleNamespace(name="sglang", provenance=provenance("sglang", "0.5.15", [])),
+        SimpleNamespace(name="torch", provenance=None)])
+    assert substituted_wheels(env) == {"sglang-kernel": ["sglang-kernel.repo-triton"]}
+    assert substituted_wheels(None) == {}
+    receipt = SimpleNamespace(data={"result": "pass", "checks": [],
+                                    "substituted": substituted_wheels(env)},
+                              check=lambda name: None)
+    problems = judge_receipt(receipt, Channel(name="stable", promote_from="candidate"))
+    assert problems == ["the qualified stack holds wheels built with substituted inputs "
+                        "(sglang-kernel: sglang-kernel.repo-triton): local use only"]

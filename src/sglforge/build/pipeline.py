@@ -51,7 +51,12 @@ from sglforge.build.builduser import BuildUser, build_user
 from sglforge.build.cacheproxy import CacheProxy
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
-from sglforge.sources.substitute import label_segment, provenance_records, substitute_trees
+from sglforge.sources.substitute import (
+    label_segment,
+    provenance_records,
+    substitute_trees,
+    substitutes_for,
+)
 from sglforge.build.mesonwraps import is_meson_project, place_wrap_inputs
 from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.build.wheelcache import (
@@ -246,11 +251,14 @@ def prepare_dev_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
     tracked = {"tree": stats.tracked}
     fetchcontent = {}
     cache = SourceCache(settings.cache_dir)
-    inputs = input_trees(lock, cache, recipe.upstream)  # archives: from their records
+    substituted = substitutes_for(lock, settings, recipe.upstream)
+    inputs = input_trees(lock, cache, recipe.upstream,  # archives: from their records
+                         substituted=substituted)
     for pin in lock.fetchcontent(recipe.upstream):
         dep = export_source(lock, pin.name, ws.scratch / "deps" / pin.name, settings)
-        if inputs.get(pin.name) is None:
-            inputs[pin.name] = input_tree(cache, pin, dep.path)
+        if inputs.get(pin.name) is None:  # a substitute's: never recorded under the pin
+            inputs[pin.name] = input_tree(cache, pin, dep.path,
+                                          substituted=pin.name in substituted)
         slot = ws.slot(f"deps/{pin.name}")
         dep_stats = sync_tree(dep.path, slot.live, previous=ws.previous(slot.key))
         tracked[slot.key] = dep_stats.tracked
