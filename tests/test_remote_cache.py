@@ -399,3 +399,36 @@ def test_hostile_entries_never_name_files_or_lock_lines(tmp_path, webdav):
         assert lines == [f"purepy=={good_meta['version']} --hash=sha256:{digest}"], (label,
                                                                                     lines)
         assert not list((project.build_root / "out" / ".remote").glob("*")), label
+
+
+@needs_cc
+def test_a_substituted_wheel_is_never_uploaded_nor_served(tmp_path, webdav):
+    """Built with [substitutes] (sources/substitute.py): not uploaded; planted by hand under
+    its key, another host with the same substitutes refuses it and builds its own."""
+    project = make_project(tmp_path, ("fcdemo",))
+    sub = tmp_path / "greetdep-local"
+    for name, text in upstreams.GREETDEP.items():
+        (sub / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub / name).write_text(text)
+    project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n\n'
+                              f'[substitutes."fcdemo.greetdep"]\npath = "{sub}"\n'
+                              'reason = "unreachable here"\n')
+    first = host(project, "first")
+    result = first.run("build")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "not uploaded to the remote wheel cache: built with substituted inputs" \
+        in result.stdout
+    assert webdav.files() == []
+    [wheel] = (first.root / "wheels").glob("fcdemo-*.whl")
+    key = read_provenance(wheel).content_key
+    planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
+    planted.mkdir(parents=True)
+    shutil.copy(wheel, planted / wheel.name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (planted / "entry.json").write_text(json.dumps(
+        {"file": wheel.name, "sha256": digest, "name": "fcdemo", "version": "x"}))
+    second = host(project, "second").run("build")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "entry refused, rebuilding" in second.stdout
+    assert "built with substituted inputs, never uploaded by sglforge" in second.stdout
+    assert _built(second, "fcdemo")
