@@ -67,9 +67,15 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     sub = _substitute_dir(tmp_path)
     _configure(project, sub)
 
-    fetched = project.run("fetch", "--no-export", cache=fresh)
+    bundle = tmp_path / "sources.tar"
+    fetched = project.run("fetch", "--no-export", "--bundle", str(bundle), cache=fresh)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     assert "SUBSTITUTED fcdemo.greetdep" in fetched.stdout and "NOT fetched" in fetched.stdout
+    # the bundle carries the pinned sources only, and says what it left out
+    assert f"fcdemo.greetdep: NOT bundled, SUBSTITUTED by {sub} here" in fetched.stdout
+    import tarfile
+    with tarfile.open(bundle) as archive:
+        assert not [n for n in archive.getnames() if n.startswith("tarballs/")]
     plan = project.run("plan", cache=fresh)
     assert f"SUBSTITUTED by {sub}" in plan.stdout, plan.stdout
 

@@ -29,8 +29,15 @@ BUNDLE_FORMAT = 1
 def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path,
                  extra: list[GitWant] = ()) -> list[str]:
     """Write one tar file with a git bundle per repository and the tarballs of the set."""
+    from sglforge.sources.substitute import substitutes_for
+
     cache = SourceCache(settings.cache_dir)
-    pins = pinned_set(lock, names)
+    substitutes = substitutes_for(lock, settings)
+    # a substitute is this host's local directory, never fetched: not carried (the receiving
+    # host needs its own [substitutes] entry, or the pinned source)
+    left_out = [f"{p.name}: NOT bundled, SUBSTITUTED by {substitutes[p.name].path} here"
+                for p in pinned_set(lock, names) if p.name in substitutes]
+    pins = [p for p in pinned_set(lock, names) if p.name not in substitutes]
     by_repo: dict[str, set[str]] = {}
     for pin in pins:
         if pin.is_git:
@@ -71,7 +78,7 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                 for entry in manifest["tarballs"]:
                     archive.add(cache.tarball(entry["sha256"]), entry["file"])
     return [f"{e['url']}: {len(e['commits'])} commit(s)" for e in manifest["git"]] + [
-        f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]]
+        f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]] + left_out
 
 
 # A bundle is an uncompressed tar, so what it unpacks to is never larger than the file; its
