@@ -19,6 +19,7 @@ so instead of hiding it:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -110,7 +111,6 @@ def label_segment(trees: Mapping[str, str]) -> str | None:
     """`sub<8 hex>` over the (pin, tree) pairs, or None when nothing is substituted."""
     if not trees:
         return None
-    import hashlib
     blob = "\n".join(f"{name} {tree}" for name, tree in sorted(trees.items()))
     return LABEL + hashlib.sha256(blob.encode()).hexdigest()[:8]
 
