@@ -7,7 +7,7 @@ Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
     a [compiler-cache] table (or a remote) without `kind` turns ccache on; no table: off
 
 **ccache** wraps nvcc (through the nvcc wrapper, build/environment.py) and CMake's C/C++
-compiles, with `CCACHE_DIR=<cache-dir>/ccache`. A remote (`remote = "redis://…"`,
+compiles, with `CCACHE_DIR=<cache-dir>/ccache` (or `[compiler-cache] dir`). A remote (`remote = "redis://…"`,
 `"redis+unix:…"` or `"http://…"`) is reached only through sglforge's proxy
 (build/cacheproxy.py), which holds the URL's credentials and enforces read-only per protocol;
 ccache gets `CCACHE_REMOTE_STORAGE` naming the proxy, without credentials (`|read-only` added
@@ -259,10 +259,15 @@ def _free_port() -> int:
 # the environment of a build
 
 
-def cache_env(cache: CompilerCache | None, cache_dir: Path, *, ns: str,
+def tool_dir(cache: CompilerCache | None, cache_dir: Path, configured: Path | None) -> Path:
+    """The cache tool's directory: `[compiler-cache] dir` if set, else <cache-dir>/<kind>."""
+    return configured or cache_dir / (cache.kind if cache else "ccache")
+
+
+def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
               stats_log: Path | None, storage: str | None) -> tuple[dict[str, str], list[str]]:
-    """Env and CMake -D options for the cache. `storage` is the CCACHE_REMOTE_STORAGE value
-    (from `plan_remote`, socket filled in) or None."""
+    """Env and CMake -D options for the cache, whose files live in `tool_dir`. `storage` is
+    the CCACHE_REMOTE_STORAGE value (from `plan_remote`, socket filled in) or None."""
     if cache is None:
         return {}, []
     binary = shutil.which(cache.kind)
@@ -271,11 +276,11 @@ def cache_env(cache: CompilerCache | None, cache_dir: Path, *, ns: str,
     defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]
     if cache.kind == "sccache":
         # host compiles only: the nvcc wrapper never launches sccache (module docstring)
-        return {"SCCACHE_DIR": str(cache_dir / "sccache")}, defines
+        return {"SCCACHE_DIR": str(tool_dir)}, defines
     # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so ccache's
     # default mtime check would never hit after a clean build root; their content names the
     # real compiler's path, size and mtime, so hashing content stays safe.
-    env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(cache_dir / "ccache"),
+    env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(tool_dir),
            "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
            "CCACHE_NAMESPACE": ns}
     if stats_log is not None:

@@ -572,7 +572,8 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     stats_log = work / "ccache-stats.log" if cache and cache.kind == "ccache" else None
     # the build writes these (and the compiler cache's directory); it must reach the rest
     owned = (root.src(recipe.upstream), work, root.home, root.tmp)
-    cache_tool_dir = ctx.settings.cache_dir / (cache.kind if cache else "ccache")
+    cache_tool_dir = compiler_cache.tool_dir(cache, ctx.settings.cache_dir,
+                                             ctx.settings.compiler_cache.dir)
     wheelhouse = [ctx.options.wheelhouse / "x"] if ctx.options.wheelhouse else []
     user = build_user([*owned, cache_tool_dir, *wheelhouse])
     proxy, storage, bridge = None, None, []
@@ -588,7 +589,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
                 "netbridge.py")), str(remote.bridge_port), str(proxy.path), "--"]
     ns = compiler_cache.namespace(ctx.tool.nvcc, ctx.tool.compiler, ctx.tool.platform)
     cache_env, cache_defines = compiler_cache.cache_env(
-        cache, ctx.settings.cache_dir, ns=ns, stats_log=stats_log, storage=storage)
+        cache, cache_tool_dir, ns=ns, stats_log=stats_log, storage=storage)
     env.update(cache_env)
     cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
     for name, path in sorted(prepared.fetchcontent.items()):

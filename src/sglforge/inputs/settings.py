@@ -23,6 +23,7 @@ entries replace the file's for the same prefix.
                                             #   build --compiler-cache-remote (password masked)
     read-only = true                        # SGLFORGE_COMPILER_CACHE_READ_ONLY (1/0, true/false),
                                             #   build --compiler-cache-read-only
+    dir = "/var/cache/ccache-tilelang"      # SGLFORGE_COMPILER_CACHE_DIR (default <cache-dir>/<kind>)
     [wheel-cache]                           # the remote tier of the wheel cache
     remote = "https://cache.example/sglforge/"  # SGLFORGE_WHEEL_CACHE_REMOTE (WebDAV)
     read-only = true                        # SGLFORGE_WHEEL_CACHE_READ_ONLY; untrusted jobs
@@ -92,6 +93,11 @@ class CompilerCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
                           doc="read the remote, never write it (untrusted CI jobs)")
+    # one cache per long build, kept apart from the source cache (a resumable build's objects
+    # must not be evicted by another recipe's)
+    dir: Path | None = key("dir", default=None, env="SGLFORGE_COMPILER_CACHE_DIR",
+                           doc="the cache tool's directory, absolute (default: "
+                               "<cache-dir>/<kind>)")
     __repr__ = _masked_repr
 
 
@@ -248,6 +254,11 @@ def _to_remote(raw: Any) -> str:
     return str(raw) if problem is None else Refused(problem)
 
 
+def _to_tool_dir(raw: Any) -> Path | Refused:
+    path = _to_abs_path(raw)
+    return path if isinstance(path, Path) else Refused("must be an absolute path")
+
+
 def _to_bool(raw: Any) -> bool | Refused:
     if isinstance(raw, bool):
         return raw
@@ -304,7 +315,7 @@ class SettingsTable:
 
 COMPILER_CACHE = SettingsTable(
     "compiler-cache", CompilerCacheSettings,
-    {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool},
+    {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool, "dir": _to_tool_dir},
     {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
      "read_only": "--compiler-cache-read-only"})
 WHEEL_CACHE = SettingsTable("wheel-cache", WheelCacheSettings,
@@ -584,6 +595,8 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
                 shown = str(value).lower()
             elif isinstance(value, (int, float)):  # wheel-cache sizes and seconds
                 shown = _show_size(value) if name == "max_size" else f"{value:g}s"
+            elif isinstance(value, Path) or name == "dir":  # compiler-cache.dir
+                shown = str(value) if value else "<cache-dir>/<kind>"
             else:  # a remote URL may hold a password
                 shown = "(none)" if value is None and name == "remote" else mask_url(
                     value or "none")
