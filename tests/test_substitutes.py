@@ -99,6 +99,9 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
                       "tree": expected_tree, "path": str(sub),
                       "reason": "the archive is not reachable here"}
     assert entry["provenance"]["sources"][0]["tree"] == expected_tree
+    # verify --trees re-derives the substitute's tree (and, like the build, records nothing)
+    trees = project.run("verify", "--trees", cache=fresh)
+    assert trees.returncode == 0, trees.stdout + trees.stderr
     # the archive's tree record (sha256 -> tree) never learns the substitute's tree
     record_file = fresh / "trees" / f"archive-{sha}"
     assert not record_file.exists() or record_file.read_text().strip() == real_tree

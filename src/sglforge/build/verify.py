@@ -33,6 +33,7 @@ from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import recipe_names
 from sglforge.inputs.settings import Settings
 from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
+from sglforge.sources.substitute import substitute_trees
 from sglforge.wheel.provenance import dev_build_problem
 
 
@@ -260,7 +261,9 @@ def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (
             exported = {pin.name: export_source(lock, pin.name, work / "deps" / pin.name,
                                                 settings).path
                         for pin in lock.fetchcontent(recipe.upstream)}
-            trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported)
+            # a substituted input's tree is computed, never recorded under its pin
+            trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported,
+                                 substitute_trees(lock, settings, recipe.upstream))
         now = {"upstream": recipe.upstream, "tree": trees.tree, "series_sha256": series.digest,
                "sources": [{"name": k, "tree": v} for k, v in trees.inputs.items()]}
         problems = tree_errors(recorded, now)

@@ -86,6 +86,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         for name in export_names:
             tree = export_source(lock, name, BuildRoot(settings.build_root).src(name), settings)
             extra = f" (+{len(tree.placed)} submodule(s))" if tree.placed else ""
+            if tree.substitute is not None:
+                extra += " (SUBSTITUTED: the [substitutes] directory, not the pin)"
             if tree.imported is not None:  # an archive upstream, as one commit
                 dropped = len(tree.imported.dropped)
                 extra += (f" (archive as one commit, tree {tree.imported.tree}"
