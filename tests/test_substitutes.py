@@ -251,3 +251,21 @@ def test_a_smoke_receipt_names_substituted_wheels(tmp_path: Path) -> None:
     problems = judge_receipt(receipt, Channel(name="stable", promote_from="candidate"))
     assert problems == ["the qualified stack holds wheels built with substituted inputs "
                         "(sglang-kernel: sglang-kernel.repo-triton): local use only"]
+
+
+def test_exported_inputs_are_readable_by_the_build_user(tmp_path: Path) -> None:
+    """Exports were mkdtemp's 0700: on a host where the build runs as the unprivileged build
+    user (the H200 host), CMake then saw 'source directory is missing' for every
+    FetchContent input. Both a pinned archive and a substitute export as 0755."""
+    project = make_project(tmp_path, ("fcdemo",))
+    pinned = project.run("fetch")
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    exported = project.build_root / "src" / "fcdemo.greetdep"
+    assert exported.stat().st_mode & 0o777 == 0o755
+    sub = _substitute_dir(tmp_path)
+    sub.chmod(0o700)
+    _configure(project, sub)
+    substituted = project.run("fetch")
+    assert substituted.returncode == 0, substituted.stdout + substituted.stderr
+    assert exported.stat().st_mode & 0o777 == 0o755
+    assert (exported / "include" / "greetdep.h").read_text().count(SUBSTITUTE_MESSAGE) == 1
