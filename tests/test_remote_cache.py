@@ -305,6 +305,16 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     assert "key 'read-only' (line 3): expected true or false" in str(error.value)
 
 
+def _plant(webdav, key: str, wheel: Path, name: str) -> None:  # noqa: ANN001
+    """Put `wheel` into the remote cache under `key` by hand (sglforge never uploads it)."""
+    planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
+    planted.mkdir(parents=True)
+    shutil.copy(wheel, planted / wheel.name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (planted / "entry.json").write_text(json.dumps(
+        {"file": wheel.name, "sha256": digest, "name": name, "version": "x"}))
+
+
 @needs_cc
 def test_a_dev_wheel_planted_under_its_clean_key_is_refused(tmp_path, webdav):
     """A dev build stamps the clean content key of its series; a writer who uploads it (by
@@ -318,12 +328,7 @@ def test_a_dev_wheel_planted_under_its_clean_key_is_refused(tmp_path, webdav):
     [wheel] = (project.build_root / "dev-wheels").glob("*.dev-*.whl")
     key = read_provenance(wheel).content_key
     assert read_provenance(wheel).dev is True
-    planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
-    planted.mkdir(parents=True)
-    shutil.copy(wheel, planted / wheel.name)
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (planted / "entry.json").write_text(json.dumps(
-        {"file": wheel.name, "sha256": digest, "name": "purepy", "version": "x"}))
+    _plant(webdav, key, wheel, "purepy")
     release = host(project, "release").run("build")
     assert release.returncode == 0, release.stdout + release.stderr
     assert "entry refused, rebuilding" in release.stdout and "a dev build" in release.stdout
@@ -421,12 +426,7 @@ def test_a_substituted_wheel_is_never_uploaded_nor_served(tmp_path, webdav):
     assert webdav.files() == []
     [wheel] = (first.root / "wheels").glob("fcdemo-*.whl")
     key = read_provenance(wheel).content_key
-    planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
-    planted.mkdir(parents=True)
-    shutil.copy(wheel, planted / wheel.name)
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (planted / "entry.json").write_text(json.dumps(
-        {"file": wheel.name, "sha256": digest, "name": "fcdemo", "version": "x"}))
+    _plant(webdav, key, wheel, "fcdemo")
     second = host(project, "second").run("build")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "entry refused, rebuilding" in second.stdout
