@@ -159,3 +159,31 @@ def test_http_paths_methods_and_auth():
         assert ("/ccache/ef/gh" in server.store) is True  # only the writable proxy's PUT
         assert server.auth == {
             "Basic " + base64.b64encode(f"ci:{PASSWORD}".encode()).decode()}
+
+
+def test_a_refused_put_is_answered_after_its_body_arrives():
+    """A read-only proxy refusing a PUT reads the body first: a client that sends its body
+    after the headers (http.client does) sees the 403, not a broken pipe."""
+    import time
+
+    from sglforge.build.cacheproxy import CacheProxy, Upstream
+    from tests.fixtures.http_cache import http_cache_server
+
+    with http_cache_server() as server:
+        for path, status in (("/ccache/ef/gh", b"403"), ("/elsewhere/ef", b"403")):
+            proxy = CacheProxy(Upstream("http", "127.0.0.1", server.port, prefix="/ccache"),
+                               read_only=True)
+            proxy.start()
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(10)
+                    sock.connect(str(proxy.path))
+                    sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: x\r\n"
+                                 "Content-Length: 3\r\n\r\n".encode())
+                    time.sleep(0.3)  # the refusal used to close the socket here
+                    sock.sendall(b"new")
+                    reply = sock.recv(4096)
+                assert reply.split()[1] == status, reply
+            finally:
+                proxy.close()
+        assert "/ccache/ef/gh" not in server.store

@@ -330,8 +330,6 @@ class _HttpHandler(BaseHTTPRequestHandler):
             self._forward(None)
 
     def do_PUT(self) -> None:
-        if not self._allowed():
-            return
         if self.headers.get("Transfer-Encoding"):
             self._refuse(411, "chunked bodies are not forwarded (send Content-Length)")
             return
@@ -343,7 +341,11 @@ class _HttpHandler(BaseHTTPRequestHandler):
         if not 0 <= size <= MAX_VALUE:
             self._refuse(413, "body too large")
             return
-        self._forward(self.rfile.read(size))
+        # Read the body before any refusal: closing on an unread body makes the client's
+        # send fail with EPIPE (a Unix socket), so it would never see the 403/404 answer.
+        body = self.rfile.read(size)
+        if self._allowed():
+            self._forward(body)
 
     def finish(self) -> None:
         if self._upstream is not None:
