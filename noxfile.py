@@ -51,7 +51,8 @@ def plan(session: nox.Session) -> None:
 def fetch(session: nox.Session) -> None:
     """Fetch pinned sources into the cache and export clean work trees.
 
-    -- [UPSTREAM...] [--offline] [--bundle FILE | --from-bundle FILE] [--mirror U=M]
+    -- [UPSTREAM...] [--offline] [--bundle FILE [--depth N] | --from-bundle FILE]
+       [--mirror U=M]
     """
     _sglforge(session, "fetch")
 

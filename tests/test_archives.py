@@ -242,7 +242,9 @@ def test_hostile_bundle_is_refused_before_the_cache_changes(world, tmp_path, cas
     b'{"format": 1, "git": {}, "tarballs": []}', b'{"format": 1, "git": [1], "tarballs": []}',
     b'{"format": 1, "git": [{"url": 1, "commits": "x", "file": null}], "tarballs": []}',
     b'{"format": 1, "git": [], "tarballs": [{"name": [], "sha256": 5, "file": 1}]}',
-    b'{"format": 2, "git": [], "tarballs": []}'])
+    b'{"format": 2, "git": [{"url": "https://x.org/a", "commits": ["' + b"a" * 40 + b'"], '
+    b'"file": "git/000.bundle", "shallow": ["-x"]}], "tarballs": []}',
+    b'{"format": 3, "git": [], "tarballs": []}'])
 def test_malformed_manifest_is_a_clear_error(world, tmp_path, capsys, manifest):
     bundle = write_bundle_file(tmp_path, bundle_bytes(manifest))
     pin_tarball(world, tar_bytes([("dir", TOP)]))  # a project for the CLI to find

@@ -30,7 +30,7 @@ README = REPO / "README.md"
 VERB_SESSIONS = {"plan", "fetch", "patches", "smoke", "doctor", "build", "verify"}
 
 # README upstream names -> the fixture project's one upstream.
-NAMES = {"flashinfer": "purepy", "sglang": "purepy"}
+NAMES = {"flashinfer": "purepy", "sglang": "purepy", "sglang-kernel": "purepy"}
 
 # Run here, in README order: command -> (allowed exit statuses, text the output must contain).
 RUN: dict[str, tuple[set[int], str]] = {
@@ -40,6 +40,7 @@ RUN: dict[str, tuple[set[int], str]] = {
     "nox -s fetch -- --offline": ({0}, "cached    purepy"),
     "nox -s fetch -- --bundle sources.tar": ({0}, "wrote bundle sources.tar"),
     "nox -s fetch -- --from-bundle sources.tar": ({0}, "exported  purepy"),
+    "nox -s fetch -- sglang-kernel --bundle gpu.tar --depth 1": ({0}, "commit(s), shallow ("),
     "nox -s fetch -- --mirror https://github.com/=/srv/mirrors/github/": ({0}, "purepy"),
     "nox -s patches -- check": ({0}, "ok        purepy: 1 entry apply strictly"),
     "nox -s patches -- check --offline sglang": ({0}, "ok        purepy: 1 entry"),

@@ -119,6 +119,93 @@ def test_bundle_round_trip_to_a_fresh_cache_without_the_mirror(world, upstreams,
     assert (world.root / "other-build/src/alpha.gamma/gamma.h").exists()
 
 
+def _shallow_world(world, upstreams):  # noqa: ANN001, ANN202
+    """alpha's pin plus a backport whose parent is a later commit (`moved`), bundled with
+    --depth 1 and the mirror removed; returns (bundle, fix, digest)."""
+    from sglforge.patching.backport import digest_of
+
+    alpha = upstreams.alpha
+    run_git(alpha.path, "checkout", "--quiet", "-B", "fix-branch", upstreams.moved)
+    core = (alpha.path / "src/alpha/core.py").read_text().replace("return 7\n", "return 77\n")
+    fix = alpha.commit("Upstream: fix f7", {"src/alpha/core.py": core})
+    run_git(alpha.path, "checkout", "--quiet", "main")
+    url = world.url("org/alpha")
+    cache = SourceCache(world.cache)
+    with cache.locked():
+        fetch_commit(cache, GitWant(url, fix, "t"), world.settings(), False)
+    digest = digest_of(cache.git_dir(url), fix)
+    world.write_series("alpha", [f"backport {url} {fix} sha256={digest}"])
+    bundle = world.root / "shallow.tar"
+    assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle),
+                                    "--depth", "1"]) == 0
+    shutil.rmtree(world.mirror)
+    return bundle, fix, digest
+
+
+def _other_host(world, name: str) -> list[str]:  # noqa: ANN001
+    return ["--project", str(world.project), "--cache-dir", str(world.root / f"{name}-cache"),
+            "--build-root", str(world.root / f"{name}-build")]
+
+
+def test_shallow_bundle_carries_pins_and_backport_parents_only(world, upstreams, capsys):
+    from sglforge.patching.backport import digest_of
+
+    initial = run_git(upstreams.alpha.path, "rev-list", "--max-parents=0", "main")
+    bundle, fix, digest = _shallow_world(world, upstreams)
+    assert "shallow (2 boundary commit(s))" in capsys.readouterr().out  # pinned, moved
+    assert main(_other_host(world, "gpu") + ["fetch", "--from-bundle", str(bundle)]) == 0
+    git_dir = SourceCache(world.root / "gpu-cache").git_dir(world.url("org/alpha"))
+    assert sorted((git_dir / "shallow").read_text().split()) == sorted(
+        [upstreams.pinned, upstreams.moved])
+    assert subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "-e", initial],
+                          capture_output=True).returncode != 0  # history left behind
+    exported = world.root / "gpu-build/src/alpha"
+    assert run_git(exported, "rev-parse", "HEAD") == upstreams.pinned
+    assert run_git(exported, "rev-list", "--count", "HEAD") == "1"
+    assert (exported / "third_party/beta/beta.h").read_text() == "#define BETA 2\n"
+    assert digest_of(git_dir, fix) == digest  # the backport's parent tree came along
+    out = capsys.readouterr().out
+    assert main(_other_host(world, "gpu") + ["patches", "check", "alpha"]) == 0, out
+    # the shallow cache can be bundled again (its boundary travels) and imported
+    again = world.root / "again.tar"
+    assert main(_other_host(world, "gpu") + ["fetch", "--no-export", "--bundle",
+                                             str(again)]) == 0
+    assert main(_other_host(world, "third") + ["fetch", "--from-bundle", str(again)]) == 0
+    assert run_git(world.root / "third-build/src/alpha", "rev-parse", "HEAD") == \
+        upstreams.pinned
+
+
+def test_a_shallow_claim_the_bundle_cannot_back_leaves_the_cache_as_it_was(world, upstreams,
+                                                                          capsys):
+    import io
+    import json
+    import tarfile
+
+    bundle, _, _ = _shallow_world(world, upstreams)
+    hostile = world.root / "hostile.tar"
+    with tarfile.open(bundle) as source, tarfile.open(hostile, "w") as out:
+        for member in source:
+            data = source.extractfile(member).read()
+            if member.name == "manifest.json":
+                manifest = json.loads(data)
+                manifest["git"][0]["shallow"].append("b" * 40)
+                data = json.dumps(manifest).encode()
+                member.size = len(data)
+            out.addfile(member, io.BytesIO(data))
+    assert main(_other_host(world, "gpu") + ["fetch", "--from-bundle", str(hostile)]) == 2
+    assert f"expected commit {'b' * 40}" in capsys.readouterr().err
+    git_dir = SourceCache(world.root / "gpu-cache").git_dir(world.url("org/alpha"))
+    assert not (git_dir / "shallow").exists()
+
+
+def test_depth_needs_a_bundle_and_a_sane_number(world, upstreams, capsys):
+    assert main(world.cli_args() + ["fetch", "--depth", "1"]) == 2
+    assert "give --bundle" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(world.cli_args() + ["fetch", "--bundle", "x.tar", "--depth", "0"])
+    assert "from 1 to 1000" in capsys.readouterr().err
+
+
 def test_corrupt_bundle_is_a_clear_error(world, upstreams, capsys):
     bad = world.root / "bad.tar"
     bad.write_bytes(b"not a tar file")

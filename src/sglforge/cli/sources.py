@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
+from sglforge.base.errors import SglforgeError
 from sglforge.build import plan
 from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import parse_lockfile
@@ -22,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="use only the cache; list what is missing")
     p.add_argument("--bundle", type=Path, metavar="FILE",
                    help="after fetching, write the cache for the pinned set to FILE")
+    p.add_argument("--depth", type=_depth, metavar="N",
+                   help="with --bundle: shallow git bundles, each pinned commit with N-1 "
+                        "generations of history (backports keep their parent); for a host "
+                        "that builds but does not refresh series")
     p.add_argument("--from-bundle", type=Path, metavar="FILE",
                    help="import FILE into the cache first (then fetch offline)")
     p.add_argument("--no-export", action="store_true",
@@ -45,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_plan)
 
 
+def _depth(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a whole number "
+                                         "from 1 to 1000")
+    return int(text)
+
+
 def _wave(text: str) -> int:
     if not text.isdigit() or int(text) > 1000:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a whole number "
@@ -60,6 +72,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     check_upstreams(args.names, lock)
     names = args.names or [p.name for p in lock.upstreams()]
     wants = backport_wants(load_all_series(project, lock, names))
+    if args.depth is not None and not args.bundle:
+        raise SglforgeError("--depth shapes the bundle --bundle FILE writes; give --bundle")
     offline = args.offline
     if args.from_bundle:
         for line in import_bundle(args.from_bundle, settings):
@@ -77,7 +91,8 @@ def run_fetch(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     for line in report.warnings:
         print(f"warning:  {line}")
     if args.bundle:
-        for line in write_bundle(lock, names, settings, args.bundle, extra=wants):
+        for line in write_bundle(lock, names, settings, args.bundle, extra=wants,
+                                 depth=args.depth):
             print(f"bundled   {line}")
         print(f"wrote bundle {args.bundle}")
     if not args.no_export:
@@ -114,8 +129,6 @@ def unused_mirrors(settings, urls: list[str]) -> list[str]:  # noqa: ANN001
 
 
 def run_plan(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    from sglforge.base.errors import SglforgeError
-
     matrix_only = [f for f, v in (("--wave", args.wave is not None), ("--output", args.output),
                                   ("--max-waves", args.max_waves is not None),
                                   ("--no-remote-cache", args.no_remote_cache)) if v]

@@ -1,5 +1,10 @@
 """`fetch --bundle/--from-bundle`: move the cache entries of a pinned set between hosts as
-one tar file (a git bundle per repository, the archives, a manifest), verified on import."""
+one tar file (a git bundle per repository, the archives, a manifest), verified on import.
+
+`--depth N` writes shallow git bundles: each pinned commit with N-1 generations of history
+(a backport commit with at least its parent, whose tree its diff needs), and the manifest
+names the boundary commits the receiving cache records as shallow. That is what carries an
+upstream with a long history (sglang: GBs) to a host that only builds it."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
 from sglforge.base.fs import atomic_output
-from sglforge.base.git import check_url, git, has_commit, remove_fetch_litter
+from sglforge.base.git import check_url, git, git_out, has_commit, remove_fetch_litter
 from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings
@@ -23,13 +28,50 @@ from sglforge.sources.archive import ARCHIVE_READ_ERRORS
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
 from sglforge.sources.fetch import GitWant, pinned_set
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2  # 2: git entries carry "shallow" (1, without it, is still read)
+READABLE_FORMATS = (1, 2)
+MAX_DEPTH = 1000
+
+
+def _shallow_bundle(git_dir: Path, pinned: set[str], backports: set[str], depth: int,
+                    work: Path, out: Path, url: str) -> list[str]:
+    """A git bundle at `out` of the pinned commits with `depth` generations (backport commits
+    with at least 2); returns the boundary commits the receiver records as shallow."""
+    shallow_repo = work / "shallow.git"
+    shutil.rmtree(shallow_repo, ignore_errors=True)
+    git("init", "--quiet", "--bare", "--", str(shallow_repo))
+    source = "file://" + str(git_dir.resolve())  # file://: --depth needs the transport
+    for commits, generations in ((pinned, depth), (backports, max(depth, 2))):
+        if commits:
+            git("fetch", "--quiet", "--no-tags", f"--depth={generations}", "--", source,
+                *[f"+{PIN_REF}{c}:{PIN_REF}{c}" for c in sorted(commits)],
+                git_dir=shallow_repo, what=f"shallow copy of {url}")
+    git("bundle", "create", str(out), *[PIN_REF + c for c in sorted(pinned | backports)],
+        git_dir=shallow_repo, what=f"git bundle for {url}")
+    boundary = shallow_repo / "shallow"
+    return sorted(boundary.read_text().split()) if boundary.exists() else []
+
+
+def _boundary_of(git_dir: Path, commits: set[str]) -> list[str]:
+    """The cache repository's own shallow boundary below `commits` (a cache filled by a
+    depth-limited fetch or a shallow bundle): the receiver must record it too."""
+    recorded = git_dir / "shallow"
+    if not recorded.exists():
+        return []
+    cut = set(recorded.read_text().split())
+    history = git_out("rev-list", "--end-of-options", *sorted(commits),
+                      git_dir=git_dir).split()
+    return sorted(cut.intersection(history))
 
 
 def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path,
-                 extra: list[GitWant] = ()) -> list[str]:
-    """Write one tar file with a git bundle per repository and the tarballs of the set."""
+                 extra: list[GitWant] = (), depth: int | None = None) -> list[str]:
+    """Write one tar file with a git bundle per repository and the tarballs of the set;
+    with `depth`, shallow git bundles (module docstring)."""
     from sglforge.sources.substitute import substitutes_for
+
+    if depth is not None and not 1 <= depth <= MAX_DEPTH:
+        raise SglforgeError(f"--depth {depth}: must be from 1 to {MAX_DEPTH}")
 
     cache = SourceCache(settings.cache_dir)
     substitutes = substitutes_for(lock, settings)
@@ -38,17 +80,19 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
     left_out = [f"{p.name}: NOT bundled, SUBSTITUTED by {substitutes[p.name].path} here"
                 for p in pinned_set(lock, names) if p.name in substitutes]
     pins = [p for p in pinned_set(lock, names) if p.name not in substitutes]
-    by_repo: dict[str, set[str]] = {}
+    pinned: dict[str, set[str]] = {}
+    backports: dict[str, set[str]] = {}
     for pin in pins:
         if pin.is_git:
-            by_repo.setdefault(pin.url, set()).add(pin.commit)
+            pinned.setdefault(pin.url, set()).add(pin.commit)
     for want in extra:
-        by_repo.setdefault(want.url, set()).add(want.commit)
+        backports.setdefault(want.url, set()).add(want.commit)
     manifest: dict = {"format": BUNDLE_FORMAT, "git": [], "tarballs": []}
     with tempfile.TemporaryDirectory(prefix="sglforge-bundle-") as tmp:
         work = Path(tmp)
-        for index, (url, commits) in enumerate(sorted(by_repo.items())):
+        for index, url in enumerate(sorted(set(pinned) | set(backports))):
             git_dir = cache.git_dir(url)
+            commits = pinned.get(url, set()) | backports.get(url, set())
             missing = [c for c in sorted(commits) if not has_commit(git_dir, c)]
             if missing:
                 raise SglforgeError(f"cannot bundle {url}: commit(s) {', '.join(missing)} not "
@@ -57,9 +101,16 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                 git("update-ref", "--", PIN_REF + commit, commit, git_dir=git_dir)
             name = f"git/{index:03d}.bundle"
             (work / "git").mkdir(exist_ok=True)
-            git("bundle", "create", str(work / name), *[PIN_REF + c for c in sorted(commits)],
-                git_dir=git_dir, what=f"git bundle for {url}")
-            manifest["git"].append({"url": url, "commits": sorted(commits), "file": name})
+            if depth is None:
+                git("bundle", "create", str(work / name),
+                    *[PIN_REF + c for c in sorted(commits)],
+                    git_dir=git_dir, what=f"git bundle for {url}")
+                shallow = _boundary_of(git_dir, commits)
+            else:  # a pinned commit that is also a backport gets the backport's depth
+                shallow = _shallow_bundle(git_dir, pinned.get(url, set()) - backports.get(
+                    url, set()), backports.get(url, set()), depth, work, work / name, url)
+            manifest["git"].append({"url": url, "commits": sorted(commits), "file": name,
+                                    "shallow": shallow})
         for pin in pins:
             if pin.sha256:
                 if not cache.tarball(pin.sha256).exists():
@@ -77,7 +128,9 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                     archive.add(work / entry["file"], entry["file"])
                 for entry in manifest["tarballs"]:
                     archive.add(cache.tarball(entry["sha256"]), entry["file"])
-    return [f"{e['url']}: {len(e['commits'])} commit(s)" for e in manifest["git"]] + [
+    return [f"{e['url']}: {len(e['commits'])} commit(s)"
+            + (f", shallow ({len(e['shallow'])} boundary commit(s))" if e["shallow"] else "")
+            for e in manifest["git"]] + [
         f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]] + left_out
 
 
@@ -96,6 +149,7 @@ class BundledRepo:
     url: str
     commits: tuple[str, ...]
     file: str  # git/NNN.bundle
+    shallow: tuple[str, ...] = ()  # boundary commits whose parents the bundle leaves out
 
 
 @dataclass(frozen=True)
@@ -148,12 +202,19 @@ def parse_manifest(data: bytes) -> BundleManifest:
     unknown = sorted(set(document) - {"format", "git", "tarballs"})
     if unknown:
         problems.append(f"unknown key(s) {', '.join(map(repr, unknown))}")
-    if type(document.get("format")) is not int or document["format"] != BUNDLE_FORMAT:
-        why = f"bundle format {document.get('format')!r} is not {BUNDLE_FORMAT}"
+    version = document.get("format")
+    if type(version) is not int or version not in READABLE_FORMATS:
+        why = (f"bundle format {version!r} is not one of "
+               f"{', '.join(map(str, READABLE_FORMATS))}")
         raise _ManifestProblems([why])
     repos, archives, seen = [], [], set()
-    for i, entry in enumerate(_entries(document, "git", {"url", "commits", "file"}, problems)):
+    fields = {"url", "commits", "file"} | ({"shallow"} if version >= 2 else set())
+    for i, entry in enumerate(_entries(document, "git", fields, problems)):
         url, commits, file = entry["url"], entry["commits"], entry["file"]
+        shallow = entry.get("shallow", [])
+        if not (isinstance(shallow, list) and len(shallow) <= MAX_ENTRIES and all(
+                isinstance(c, str) and _HEX40.fullmatch(c) for c in shallow)):
+            problems.append(f"git[{i}].shallow must be a list of full 40-hex commit ids")
         why = check_url(url) if isinstance(url, str) else "must be a string"
         if why:
             problems.append(f"git[{i}].url {str(url)[:200]!r} {why}")
@@ -166,7 +227,7 @@ def parse_manifest(data: bytes) -> BundleManifest:
                             "'git/NNN.bundle'")
         if not problems:
             seen.add(file)
-            repos.append(BundledRepo(url, tuple(commits), file))
+            repos.append(BundledRepo(url, tuple(commits), file, tuple(shallow)))
     for i, entry in enumerate(_entries(document, "tarballs", {"name", "sha256", "file"},
                                        problems)):
         name, digest, file = entry["name"], entry["sha256"], entry["file"]
@@ -265,19 +326,24 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
             ensure_bare(git_dir)
             remove_fetch_litter(git_dir)
             path = str(work / entry.file)
+            # A boundary already in the cache keeps its history: only new commits are cut.
+            boundary = [c for c in entry.shallow if not has_commit(git_dir, c)]
+            before = _add_shallow(git_dir, boundary)
             try:
                 git("bundle", "verify", "--quiet", path, git_dir=git_dir,
                     what=f"{bundle}: verify {entry.file} ({entry.url})")
                 git("fetch", "--quiet", "--", path, f"+{PIN_REF}*:{PIN_REF}*",
                     git_dir=git_dir, what=f"{bundle}: import {entry.file}")
+                absent = [c for c in (*entry.commits, *boundary) if not has_commit(git_dir, c)]
+                if absent:
+                    raise SglforgeError(f"{bundle}: expected commit {absent[0]} for "
+                                        f"{entry.url}, got nothing")
             except BaseException:
                 remove_fetch_litter(git_dir)
+                _restore_shallow(git_dir, before)
                 raise
-            for commit in entry.commits:
-                if not has_commit(git_dir, commit):
-                    raise SglforgeError(f"{bundle}: expected commit {commit} for "
-                                        f"{entry.url}, got nothing")
-            imported.append(f"{entry.url}: {len(entry.commits)} commit(s)")
+            imported.append(f"{entry.url}: {len(entry.commits)} commit(s)"
+                            + (", shallow" if boundary else ""))
         for entry in manifest.archives:
             target = cache.tarball(entry.sha256)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -285,3 +351,27 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
             os.replace(target.with_suffix(".tmp"), target)
             imported.append(f"{entry.name}: sha256 {entry.sha256[:12]}")
     return imported
+
+
+def _add_shallow(git_dir: Path, commits: list[str]) -> bytes | None:
+    """Record `commits` in the cache repository's `shallow` file (git's list of commits whose
+    parents it lacks) before fetching a shallow bundle, whose connectivity check needs it;
+    returns the file's earlier bytes (None: there was none) for `_restore_shallow`."""
+    path = git_dir / "shallow"
+    before = path.read_bytes() if path.exists() else None
+    if commits:
+        lines = set((before or b"").decode("ascii", errors="replace").split()) | set(commits)
+        temporary = git_dir / "shallow.sglforge-tmp"
+        temporary.write_text("".join(f"{c}\n" for c in sorted(lines)))
+        os.replace(temporary, path)
+    return before
+
+
+def _restore_shallow(git_dir: Path, before: bytes | None) -> None:
+    path = git_dir / "shallow"
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        temporary = git_dir / "shallow.sglforge-tmp"
+        temporary.write_bytes(before)
+        os.replace(temporary, path)

@@ -48,6 +48,17 @@ def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
             env=env)
 
 
+def _shared_work_tree(git_dir: Path, dest: Path) -> None:
+    """A repository at `dest` that borrows the cache's objects (what `clone --shared` makes,
+    without its remote). Written by hand because clone ignores --shared for a shallow source
+    (a cache filled from `fetch --bundle --depth`); the cache's shallow list comes along."""
+    git("init", "--quiet", "--", str(dest))
+    (dest / ".git" / "objects" / "info" / "alternates").write_text(
+        str((git_dir / "objects").resolve()) + "\n")
+    if (git_dir / "shallow").exists():
+        shutil.copyfile(git_dir / "shallow", dest / ".git" / "shallow")
+
+
 def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) -> list[str]:
     placed = []
     for sub in lock.submodules(pin.name):
@@ -96,9 +107,8 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
                 raise SglforgeError(f"{name}: commit {pin.commit} is not in the cache; run "
                                     "`nox -s fetch` first")
             verify_git_pin(cache, pin)
-            git("clone", "--quiet", "--shared", "--no-checkout", "--", str(git_dir), str(staged))
+            _shared_work_tree(git_dir, staged)
             git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
-            git("remote", "remove", "origin", cwd=staged)
             placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
         else:
             tarball = cache.tarball(pin.sha256)
