@@ -281,3 +281,18 @@ def test_plan_lists_series_entries_with_digests(world, upstreams, capsys):
     assert f"0001-fix.patch  sha256:{hashlib.sha256(patch).hexdigest()[:12]}" in out
     assert "alpha: 1 entry, patchset " in out
     assert "export to /opt/fixed/src/alpha" in out and "apply 1 patch(es)" in out
+
+
+def test_a_cached_archive_is_checked_again_at_export(world, upstreams):
+    lock = lock_of(world)
+    fetch_sources(lock, [], world.settings(), offline=False)
+    cached = world.cache / "tarballs" / upstreams.gamma_sha
+    cached.write_bytes(cached.read_bytes() + b"x")  # damaged after the fetch verified it
+    dest = world.build_root / "src" / "alpha.gamma"
+    with pytest.raises(SglforgeError, match=f"alpha.gamma: cached archive is corrupt: expected "
+                                            f"sha256 {upstreams.gamma_sha}, got [0-9a-f]{{64}}"):
+        export_source(lock, "alpha.gamma", dest, world.settings())
+    cached.unlink()
+    with pytest.raises(SglforgeError, match="not in the cache; run `nox -s fetch` first"):
+        export_source(lock, "alpha.gamma", dest, world.settings())
+    assert not dest.exists()

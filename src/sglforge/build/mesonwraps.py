@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import sha256_file
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.sources.cache import SourceCache
 
@@ -130,14 +129,7 @@ def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache
                    packagecache: Path) -> Path:
     filename = _check_archive_pin(pin, wrap, is_patch)
     assert pin.sha256 is not None
-    archive = cache.tarball(pin.sha256)
-    if not archive.is_file():
-        raise SglforgeError(f"{pin.name}: archive sha256 {pin.sha256} is not in the cache; run "
-                            "`nox -s fetch` first")
-    actual = sha256_file(archive)
-    if actual != pin.sha256:
-        raise SglforgeError(f"{pin.name}: cached archive is corrupt: expected sha256 "
-                            f"{pin.sha256}, got {actual} ({archive})")
+    archive = cache.verified_tarball(pin.name, pin.sha256)
     target = packagecache / filename
     shutil.copyfile(archive, target)
     return target

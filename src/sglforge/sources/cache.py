@@ -16,7 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from sglforge.base.fs import exclusive_lock
+from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import exclusive_lock, sha256_file
 from sglforge.base.git import git
 
 PIN_REF = "refs/sglforge/pins/"
@@ -34,6 +35,19 @@ class SourceCache:
 
     def tarball(self, sha256: str) -> Path:
         return self.root / "tarballs" / sha256
+
+    def verified_tarball(self, name: str, sha256: str) -> Path:
+        """The cached archive of pin `name`, its bytes checked against `sha256` now (a cache
+        is shared and may have been damaged since the fetch verified it)."""
+        path = self.tarball(sha256)
+        if not path.is_file():
+            raise SglforgeError(f"{name}: archive sha256 {sha256} is not in the cache; run "
+                                "`nox -s fetch` first")
+        actual = sha256_file(path)
+        if actual != sha256:
+            raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
+                                f"{sha256}, got {actual} ({path})")
+        return path
 
     def remove_partial_downloads(self) -> list[str]:
         """Delete archive downloads and imports a killed run left in tarballs/ (`.download-*`

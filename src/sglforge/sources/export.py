@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import replace_dir, sha256_file, staging_dir
+from sglforge.base.fs import replace_dir, staging_dir
 from sglforge.base.git import git, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
@@ -111,14 +111,7 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
             git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
             placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
         else:
-            tarball = cache.tarball(pin.sha256)
-            if not tarball.exists():
-                raise SglforgeError(f"{name}: archive sha256 {pin.sha256} is not in the cache; "
-                                    "run `nox -s fetch` first")
-            actual = sha256_file(tarball)
-            if actual != pin.sha256:
-                raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
-                                    f"{pin.sha256}, got {actual} ({tarball})")
+            tarball = cache.verified_tarball(name, pin.sha256)
             # checked extraction first (member-count and size caps), so the layout read
             # below never walks an archive the caps refuse
             _extract_tarball(tarball, staged, name)
