@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.linkwalk import LinkEscape, walk
 from sglforge.base.git import COMMITTER, git, git_out
 from sglforge.inputs.settings import Settings
 from sglforge.patching.backport import CommitInfo, resolve_backport
@@ -183,43 +184,28 @@ def _patched(lines: list[bytes], hunks: list[Hunk]) -> list[bytes] | None:
     return result + lines[position:]
 
 
-MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
-
-
 def _link_escape(view: _SeriesView, link: str, target: bytes) -> str | None:
     """Why the symlink at `link` with `target` resolves outside the tree (or into .git),
     following links inside the tree as the series leaves them; None when it stays inside."""
     text = os.fsdecode(target)
     if text.startswith("/"):
         return "is absolute"
-    parts = list(PurePosixPath(link).parent.parts)
-    pending = text.split("/")
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not parts:
-                return "climbs above the tree root"
-            parts.pop()
-            continue
-        parts.append(part)
-        if parts[0] == ".git":
-            return "points into .git"
-        inner = view.link_target("/".join(parts))
-        if inner is None:
-            continue
-        hops += 1
-        if hops > MAX_LINK_HOPS:
-            return "loops (too many levels of symbolic links)"
+
+    def link_target(path: tuple[str, ...]) -> str | None:
+        inner = view.link_target("/".join(path))
         if inner == b"?":
-            return f"goes through the symlink {'/'.join(parts)}, whose target is unknown"
-        inner_text = os.fsdecode(inner)
-        if inner_text.startswith("/"):
-            return f"goes through the symlink {'/'.join(parts)} -> {inner_text} (absolute)"
-        parts.pop()
-        pending = inner_text.split("/") + pending
+            raise LinkEscape(f"goes through the symlink {'/'.join(path)}, whose target is "
+                             "unknown")
+        return None if inner is None else os.fsdecode(inner)
+
+    def guard(path: tuple[str, ...]) -> None:
+        if path[0] == ".git":
+            raise LinkEscape("points into .git")
+
+    try:
+        walk([*PurePosixPath(link).parent.parts, *text.split("/")], link_target, guard=guard)
+    except LinkEscape as exc:
+        return str(exc)
     return None
 
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.linkwalk import LinkEscape, walk
 
 GiB = 1 << 30
-_MAX_HOPS = 40  # symlinks followed while resolving one path (Linux's own limit)
 # What a broken or hostile archive raises while its headers or data are read.
 ARCHIVE_READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError,
                        UnicodeError, RecursionError)
@@ -97,44 +97,21 @@ _TYPE_NAMES = {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block 
                tarfile.FIFOTYPE: "a fifo", tarfile.CONTTYPE: "a contiguous file"}
 
 
-class _Escape(Exception):
-    pass
-
-
 class TreeModel:
     """The tree as extracted so far: path -> "dir" | "file" | ("link", target text)."""
 
     def __init__(self) -> None:
         self.nodes: dict[tuple[str, ...], object] = {(): "dir"}
 
+    def _link(self, path: tuple[str, ...]) -> str | None:
+        node = self.nodes.get(path)
+        return node[1] if isinstance(node, tuple) else None
+
     def resolve(self, parts: Iterable[str], *, follow_last: bool) -> tuple[str, ...]:
         """Where `parts` (relative to the root) leads, following links as the kernel would;
-        components that do not exist yet are taken as names. Raises _Escape when the path
+        components that do not exist yet are taken as names. Raises LinkEscape when the path
         leaves the root (with the reason)."""
-        stack: list[str] = []
-        pending = list(parts)
-        hops = 0
-        while pending:
-            part = pending.pop(0)
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not stack:
-                    raise _Escape("leads outside the tree")
-                stack.pop()
-                continue
-            stack.append(part)
-            node = self.nodes.get(tuple(stack))
-            if isinstance(node, tuple) and (pending or follow_last):
-                hops += 1
-                if hops > _MAX_HOPS:
-                    raise _Escape("is a symlink loop")
-                target = node[1]
-                if target.startswith("/"):
-                    raise _Escape(f"goes through the absolute link {'/'.join(stack)!r}")
-                stack.pop()
-                pending = target.split("/") + pending
-        return tuple(stack)
+        return walk(parts, self._link, follow_last=follow_last)
 
 
 def plan_members(members: Iterable[tarfile.TarInfo], label: str, limits: ArchiveLimits, *,
@@ -185,7 +162,7 @@ def plan_members(members: Iterable[tarfile.TarInfo], label: str, limits: Archive
         if isinstance(node, tuple):
             try:
                 tree.resolve(path, follow_last=True)
-            except _Escape as exc:
+            except LinkEscape as exc:
                 raise ArchiveRefused(f"{label}: symlink {'/'.join(path)!r} -> {node[1]!r} "
                                      f"{exc} once the whole archive is extracted") from None
     return planned
@@ -198,7 +175,7 @@ def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], 
 
     try:
         parent = tree.resolve(parts[:-1], follow_last=True)
-    except _Escape as exc:
+    except LinkEscape as exc:
         raise refuse(f"is written through a link that {exc}") from None
     for depth in range(1, len(parent) + 1):
         node = tree.nodes.get(parent[:depth])
@@ -222,7 +199,7 @@ def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], 
                          "refused")
         try:
             tree.resolve(parent + tuple(text.split("/")), follow_last=True)
-        except _Escape as exc:
+        except LinkEscape as exc:
             raise refuse(f"is a symlink to {text!r}, which {exc}") from None
         tree.nodes[path] = ("link", text)
         target = text
@@ -236,7 +213,7 @@ def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], 
         if source:
             try:
                 resolved = tree.resolve(source, follow_last=False)
-            except _Escape:
+            except LinkEscape:
                 resolved = None
         if resolved is None or tree.nodes.get(resolved) != "file":
             raise refuse(f"is a hard link to {member.linkname!r}, which is not an earlier "
