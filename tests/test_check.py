@@ -321,7 +321,10 @@ def test_reexports_and_open_modules(tmp_path: Path) -> None:
         "kern/strict/__init__.py": "from .a import *\nif True:\n    q, (r, s) = 1, (2, 3)\n",
         "kern/strict/a.py": "p = 1\n_hidden = 2\n",
         "kern/lazy.py": "def __getattr__(name):\n    return name\n",
-        "kern/ext.abi3.so": "", "kern/ns/leaf.py": "t = 1\n"})
+        "kern/ext.abi3.so": "", "kern/ns/leaf.py": "t = 1\n",
+        "kern/typed.py": ("import typing\nfrom typing import TYPE_CHECKING\n"
+                          "if TYPE_CHECKING:\n    from .b import y\nelse:\n    w = 1\n"
+                          "if typing.TYPE_CHECKING:\n    v = 1\n")})
     with zipfile.ZipFile(wheel) as archive:
         modules = WheelModules(wheel, tuple(archive.namelist()))
     assert resolve(modules, "kern.why") is None
@@ -335,6 +338,10 @@ def test_reexports_and_open_modules(tmp_path: Path) -> None:
     assert resolve(modules, "kern.ns.leaf.t.real") is None
     assert resolve(modules, "kern.ns.other") == "kern.ns.other"
     assert resolve(modules, "kern.strict.__file__") is None
+    # names bound only for a type checker do not exist at run time; the else branch does
+    assert resolve(modules, "kern.typed.y") == "kern.typed.y"
+    assert resolve(modules, "kern.typed.v") == "kern.typed.v"
+    assert resolve(modules, "kern.typed.w") is None
 
 
 def test_collect_uses_aliases() -> None:

@@ -1,7 +1,8 @@
 """Module attributes of a wheel, statically: which names `import pkg.mod; pkg.mod.X` finds.
 
 A module's names are what its source binds at top level (assignments, def/class, imports,
-also inside top-level if/try/with/for blocks), names declared `global` in its functions, its
+also inside top-level if/try/with/for blocks, but not under `if TYPE_CHECKING:`, which is
+false at run time), names declared `global` in its functions, its
 submodules, and re-exports: `from .x import y`, `from .x import *` (following `__all__` of
 `.x` when it is a literal list, else its public names). A module whose names cannot be known
 statically is *open* (any attribute passes): an extension module (.so), a PEP 562
@@ -161,6 +162,13 @@ def _writes_globals(node: ast.AST) -> bool:
     return False
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:` (false at run time)."""
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+                and isinstance(test.value, ast.Name) and test.value.id == "typing"))
+
+
 class _Binder:
     """Names bound at a module's top level (entering compound statements, not functions)."""
 
@@ -202,6 +210,8 @@ class _Binder:
                 if item.optional_vars is not None:
                     self.target(item.optional_vars)
             self.block(node.body)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            self.block(node.orelse)  # the body runs only under a type checker
         elif isinstance(node, (ast.If, ast.While)):
             self.block(node.body + node.orelse)
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
