@@ -58,6 +58,8 @@ def test_sources_are_fetched_and_checked_before_anything_is_installed(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     assert "fetching and checking sources first" in out
+    assert "purepy: cannot fetch https://example.invalid/org/purepy" in out  # the fetch ran
+    assert "Traceback" not in out
     assert "installing" not in out
     assert not (project / ".nox" / "build-toolchain").exists()
 

@@ -83,7 +83,7 @@ def _fetch(selection: Selection, ctx) -> None:  # noqa: ANN001
     print(f"preflight: fetching and checking sources first: {', '.join(selection.upstreams)}",
           flush=True)
     run_fetch(argparse.Namespace(names=list(selection.upstreams), offline=False, bundle=None,
-                                 from_bundle=None, no_export=False), ctx)
+                                 from_bundle=None, no_export=False, depth=None), ctx)
 
 
 def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
