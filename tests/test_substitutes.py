@@ -105,6 +105,17 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     # the archive's tree record (sha256 -> tree) never learns the substitute's tree
     record_file = fresh / "trees" / f"archive-{sha}"
     assert not record_file.exists() or record_file.read_text().strip() == real_tree
+    # a substitute directory that is not the one the wheel was built from is named as such
+    edited = next(p for p in sorted(sub.rglob("*")) if p.is_file())
+    original = edited.read_bytes()
+    edited.write_bytes(original + b"\n")
+    differs = project.run("verify", "--trees", cache=fresh)
+    edited.write_bytes(original)
+    assert differs.returncode != 0
+    assert (f"substituted input fcdemo.greetdep: the wheel was built from a [substitutes] "
+            f"directory with tree {expected_tree} ({sub}); the one here has tree ") in \
+        differs.stdout + differs.stderr, differs.stdout + differs.stderr
+    assert "changed under an unchanged patchset" not in differs.stdout + differs.stderr
 
     # another directory content is another wheel
     _configure(project, _substitute_dir(tmp_path / "v2", "another message"))

@@ -76,9 +76,28 @@ def tree_errors(recorded: dict | None, rebuilt: dict | None) -> list[str]:
         return []
     before, after = recorded_trees(recorded), recorded_trees(rebuilt)
     digest = str(recorded.get("series_sha256") or "")[:8] or "(none)"
-    return [f"source tree of {name} changed under an unchanged patchset {digest}: expected "
-            f"tree {tree}, got {after.get(name) or 'none recorded'}"
-            for name, tree in sorted(before.items()) if after.get(name) != tree]
+    substituted = {**_substitute_paths(recorded), **_substitute_paths(rebuilt)}
+    errors = []
+    for name, tree in sorted(before.items()):
+        got = after.get(name) or "none recorded"
+        if got == tree:
+            continue
+        if name in substituted:  # a [substitutes] directory of the builder, not the pin
+            errors.append(f"substituted input {name}: the wheel was built from a [substitutes] "
+                          f"directory with tree {tree} ({substituted[name]}); the one here has "
+                          f"tree {got}: not the same input")
+        else:
+            errors.append(f"source tree of {name} changed under an unchanged patchset "
+                          f"{digest}: expected tree {tree}, got {got}")
+    return errors
+
+
+def _substitute_paths(provenance: dict) -> dict[str, str]:
+    """input name -> where its [substitutes] directory was, as a provenance records it"""
+    entries = provenance.get("substitutes")
+    return {e["name"]: str(e.get("path") or "path not recorded")[:300]
+            for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)} \
+        if isinstance(entries, list) else {}
 
 
 def member_digests(wheel: Path) -> dict[str, str]:
