@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.linkwalk import LinkEscape, walk
 from sglforge.base.git import COMMITTER, git, git_out
+from sglforge.base.linkwalk import LinkEscape, walk
 from sglforge.inputs.settings import Settings
 from sglforge.patching.backport import CommitInfo, resolve_backport
 from sglforge.patching.diff import SYMLINK_MODE, DiffParseError, FilePatch, Hunk, parse_diff
