@@ -276,16 +276,21 @@ class _HttpHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._answer(status, f"sglforge cache proxy: {why}\n".encode())
 
-    def _allowed(self) -> bool:
+    def _refusal(self) -> tuple[int, str] | None:
+        """Why this request is not forwarded (status, reason), or None."""
         proxy = self.owner_proxy
         if self.command in ("PUT", "DELETE") and proxy.read_only:
-            self._refuse(403, "the cache is read-only for this build")
-            return False
+            return 403, "the cache is read-only for this build"
         pattern = re.escape(proxy.upstream.prefix) + f"(?:{_SEGMENT})+"
         if not re.fullmatch(pattern, self.path):
-            self._refuse(404, "outside the cache's path")
-            return False
-        return True
+            return 404, "outside the cache's path"
+        return None
+
+    def _allowed(self) -> bool:
+        refusal = self._refusal()
+        if refusal is not None:
+            self._refuse(*refusal)
+        return refusal is None
 
     def _forward(self, body: bytes | None) -> None:
         up = self.owner_proxy.upstream
@@ -341,11 +346,16 @@ class _HttpHandler(BaseHTTPRequestHandler):
         if not 0 <= size <= MAX_VALUE:
             self._refuse(413, "body too large")
             return
-        # Read the body before any refusal: closing on an unread body makes the client's
-        # send fail with EPIPE (a Unix socket), so it would never see the 403/404 answer.
-        body = self.rfile.read(size)
-        if self._allowed():
-            self._forward(body)
+        refusal = self._refusal()
+        if refusal is not None:
+            # Drain the body first (never held): closing on an unread body makes the client's
+            # send fail with EPIPE (a Unix socket), so it would never see the 403/404 answer.
+            left = size
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 20))):
+                left -= len(chunk)
+            self._refuse(*refusal)
+            return
+        self._forward(self.rfile.read(size))
 
     def finish(self) -> None:
         if self._upstream is not None:
