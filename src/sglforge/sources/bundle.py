@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
-from sglforge.base.fs import atomic_output
+from sglforge.base.fs import atomic_output, atomic_write_bytes, atomic_write_text
 from sglforge.base.git import check_url, git, git_out, has_commit, remove_fetch_litter
 from sglforge.base.staletemp import directory_locked, remove_stale_temps
 from sglforge.inputs.pins import Lockfile
@@ -361,9 +361,7 @@ def _add_shallow(git_dir: Path, commits: list[str]) -> bytes | None:
     before = path.read_bytes() if path.exists() else None
     if commits:
         lines = set((before or b"").decode("ascii", errors="replace").split()) | set(commits)
-        temporary = git_dir / "shallow.sglforge-tmp"
-        temporary.write_text("".join(f"{c}\n" for c in sorted(lines)))
-        os.replace(temporary, path)
+        atomic_write_text(path, "".join(f"{c}\n" for c in sorted(lines)))
     return before
 
 
@@ -372,6 +370,4 @@ def _restore_shallow(git_dir: Path, before: bytes | None) -> None:
     if before is None:
         path.unlink(missing_ok=True)
     else:
-        temporary = git_dir / "shallow.sglforge-tmp"
-        temporary.write_bytes(before)
-        os.replace(temporary, path)
+        atomic_write_bytes(path, before)
