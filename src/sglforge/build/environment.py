@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.fs import remove_tree
-from sglforge.build import prefixmap
+from sglforge.build import cudastub, prefixmap
 
 CLOSED_PROXY = "http://127.0.0.1:9"
 
@@ -146,7 +146,9 @@ def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
     after every -I). `lib/` (on LIBRARY_PATH, and `{cuda_gap_lib}`) holds a link name `libX.so`
     for every library the wheels ship as `libX.so.N`: to the toolkit's own `libX.so` where it
     has one, else to the wheel's file (the linker resolves `-lcublas` there; the ELF still
-    records the SONAME libcublas.so.N). Returns (env, lib dir, the gaps filled)."""
+    records the SONAME libcublas.so.N). A toolkit without any `libcuda.so` (no driver, no
+    `lib64/stubs`) gets a link stub of the driver library there (build/cudastub.py), so
+    `-lcuda` links and records libcuda.so.1. Returns (env, lib dir, the gaps filled)."""
     wheels = nvidia_wheel_dir(site_packages, cuda_major)
     gaps = root.path / "tools" / CUDA_GAPS
     remove_tree(gaps)
@@ -154,8 +156,13 @@ def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
     include.mkdir(parents=True)
     lib.mkdir()
     linked: list[str] = []
+    if cuda_home is not None and (cuda_home / "include" / "cuda.h").is_file() \
+            and not cudastub.toolkit_has_libcuda(cuda_home):
+        count = cudastub.write_stub(lib / "libcuda.so", cuda_home)
+        linked.append(f"lib/libcuda.so -> a link stub ({cudastub.SONAME}, {count} driver API "
+                      "functions of cuda.h)")
     if wheels is None:
-        return {}, lib, linked
+        return ({"LIBRARY_PATH": str(lib)} if linked else {}), lib, linked
     toolkit_include = cuda_home / "include" if cuda_home else None
     toolkit_libs = [cuda_home / d for d in ("lib64", "lib")] if cuda_home else []
     for header in sorted((wheels / "include").iterdir()) if (wheels / "include").is_dir() else []:
