@@ -148,7 +148,7 @@ def build(session: nox.Session) -> None:
     python = nox_sessions.prepare_toolchain(session, Path(ROOT), "build", session.posargs)
     if python:
         nox_sessions.run_sglforge(session, [python, "-m", "sglforge", "build",
-                                            *session.posargs])
+                                            *session.posargs], nox_sessions.audit_tools_env())
 
 
 @nox.session(python=False, default=False)
@@ -176,7 +176,7 @@ def verify(session: nox.Session) -> None:
     python = nox_sessions.prepare_toolchain(session, Path(ROOT), "verify", session.posargs)
     if python:
         nox_sessions.run_sglforge(session, [python, "-m", "sglforge", "verify",
-                                            *session.posargs])
+                                            *session.posargs], nox_sessions.audit_tools_env())
 
 
 @nox.session(python=False, default=False)

@@ -124,6 +124,16 @@ def src_env(root: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(root / "src")}
 
 
+def audit_tools_env() -> dict[str, str]:
+    """For a build or verify in the toolchain venv: the cuobjdump the preflight found with
+    nox's interpreter (the toolchain lock carries none), so the arch audit, hours later, uses
+    the one the preflight checked instead of failing to find any."""
+    from sglforge.wheel.audit import CUOBJDUMP_VAR, find_cuobjdump
+
+    found = find_cuobjdump()
+    return {CUOBJDUMP_VAR: str(found)} if found is not None else {}
+
+
 def wants_help(posargs: Sequence[str]) -> bool:
     return any(a in HELP for a in posargs)
 

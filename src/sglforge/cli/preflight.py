@@ -66,7 +66,8 @@ def _check_host(project, selection: Selection, libraries: bool = True) -> None: 
 
         # the arch audit runs after the first CUDA wheel compiled (hours in): say it now.
         # Looked up like the audit does, from this interpreter (under nox: nox's, not the
-        # toolchain venv's; the toolchain lock carries no cuobjdump).
+        # toolchain venv's; the toolchain lock carries no cuobjdump, so `nox -s build`
+        # hands the one found here to the build as $SGLFORGE_CUOBJDUMP: audit_tools_env).
         if find_cuobjdump(cuda.home if cuda else None) is None:
             raise SglforgeError(
                 "the arch audit needs cuobjdump (CUDA toolkit bin/, PATH), none found: every "

@@ -37,7 +37,19 @@ class ElfArchs:
     archs: tuple[str, ...]  # SASS targets found, sorted
 
 
+CUOBJDUMP_VAR = "SGLFORGE_CUOBJDUMP"
+
+
 def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
+    """$SGLFORGE_CUOBJDUMP (an explicit choice; `nox -s build` passes on the one its preflight
+    found, since the toolchain venv the build runs in carries none), else the toolkit's, PATH's,
+    or a `nvidia-cuda-cuobjdump` wheel's on this interpreter's path."""
+    chosen = os.environ.get(CUOBJDUMP_VAR)
+    if chosen:
+        path = Path(chosen)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise SglforgeError(f"{CUOBJDUMP_VAR}={chosen}: not an executable file")
+        return path
     candidates = []
     if cuda_home is not None:
         candidates.append(cuda_home / "bin" / "cuobjdump")
