@@ -298,4 +298,4 @@ def demo(session: Any, root: Path) -> None:
         return
     python = install_toolchain(session, root, toolchain_python(session, root), torch=False)
     run_sglforge(session, [python, "-m", "demo", *session.posargs],
-                 {"PYTHONPATH": str(root)})
+                 {"PYTHONPATH": str(root), **audit_tools_env()})
