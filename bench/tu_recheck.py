@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fcntl
 import hashlib
 import json
 import os
@@ -100,6 +101,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    # one run per results file: a second would redo the same TUs and write them twice
+    lock = open(args.results.with_name(args.results.name + ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"error: another tu_recheck is writing {args.results}")
     entries = json.loads((args.build_dir / "compile_commands.json").read_text())
     random.Random(args.seed).shuffle(entries)
     done = set()
@@ -121,11 +128,15 @@ def main() -> int:
             out.flush()
             print(f"{result['status']:>14}  {result.get('seconds', '-')}s  {result['file']}",
                   flush=True)
-    lines = [json.loads(x) for x in args.results.read_text().splitlines() if x.strip()]
+    latest = {}  # per TU, its last result
+    for x in args.results.read_text().splitlines():
+        if x.strip():
+            line = json.loads(x)
+            latest[line["file"]] = line
     counts: dict[str, int] = {}
-    for line in lines:
+    for line in latest.values():
         counts[line["status"]] = counts.get(line["status"], 0) + 1
-    print(f"checked {len(lines)} of {len(entries)}: {counts}")
+    print(f"checked {len(latest)} of {len(entries)}: {counts}")
     return 0 if set(counts) <= {"identical"} else 1
 
 
