@@ -62,3 +62,12 @@ def test_nox_hands_the_preflights_cuobjdump_to_the_build(
     monkeypatch.setenv(audit.CUOBJDUMP_VAR, env[audit.CUOBJDUMP_VAR])
     assert audit.find_cuobjdump() == tool
     assert os.access(tool, os.X_OK)
+
+
+def test_a_users_choice_is_left_to_the_build(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    """A bad $SGLFORGE_CUOBJDUMP is not a traceback in nox's process: nox passes it on
+    unchanged and the build (or the preflight) reports it."""
+    _no_tool_anywhere(monkeypatch, tmp_path)
+    monkeypatch.setenv(audit.CUOBJDUMP_VAR, str(tmp_path / "missing"))
+    assert nox_sessions.audit_tools_env() == {}

@@ -130,6 +130,8 @@ def audit_tools_env() -> dict[str, str]:
     the one the preflight checked instead of failing to find any."""
     from sglforge.wheel.audit import CUOBJDUMP_VAR, find_cuobjdump
 
+    if os.environ.get(CUOBJDUMP_VAR):
+        return {}  # the user's choice reaches the build as it is (and is checked there)
     found = find_cuobjdump()
     return {CUOBJDUMP_VAR: str(found)} if found is not None else {}
 
