@@ -5,11 +5,12 @@ C++ TUs (tilelang: 683, ~4.2 CPU-hours) does not fit a session on a 2-core host,
 resume: it wipes its build root. This checks the compile step one TU at a time instead, so it
 can stop at any point and go on in a later session:
 
-  for each entry of <build dir>/compile_commands.json, in a fixed shuffled order, run its exact
-  command in its directory with the build's environment (the `# env` lines of the build log,
-  plus CCACHE_DISABLE=1), writing the object to a scratch path instead of the build's, and
-  compare the bytes with the object the build linked; one JSON line per TU in --results.
-  TUs already in --results are skipped.
+  for each entry of <build dir>/compile_commands.json (or `ninja -t compdb`), in a fixed
+  shuffled order, run its exact command in its directory with the build's environment (the
+  `# env` lines of the build log, plus CCACHE_DISABLE=1), in place (the build's object moved
+  aside and put back after: nvcc writes the output's name into the object), and compare the
+  bytes with the object the build linked; one JSON line per TU in --results. TUs already in
+  --results are skipped.
 
 With a compiler-cache rebuild that was bit-identical (which covers linking, post-processing
 and packaging), every TU here identical means the uncached build gives the same objects.
@@ -30,7 +31,6 @@ import random
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,56 +38,88 @@ from pathlib import Path
 def build_environment(log: Path) -> dict[str, str]:
     """The environment the build ran with (sglforge writes it as `# env K=V` lines at the top
     of the recipe's log), with the compiler cache off."""
-    env = {}
+    env: dict[str, str] = {}
+    key = None
     for line in log.read_text(errors="replace").splitlines():
-        if not line.startswith("#"):
+        if line.startswith("$ "):  # the header ends at the first command
             break
         if line.startswith("# env "):
             key, _, value = line[len("# env "):].partition("=")
             env[key] = value
+        elif key is not None and not line.startswith("#"):
+            env[key] += "\n" + line  # a value with newlines (SGLFORGE_PREFIX_MAP_FLAGS)
     if "PATH" not in env:
         sys.exit(f"error: {log}: no `# env PATH=...` line: not an sglforge build log")
     env["CCACHE_DISABLE"] = "1"
     return env
 
 
-def scratch_command(command: str, directory: str, output: str, scratch: str) -> list[str]:
-    """The entry's argv with its `-o OUTPUT` pointed at the scratch file (exactly one; the
-    command may name the output relative to the entry's directory)."""
-    argv = shlex.split(command)
-    target = os.path.normpath(os.path.join(directory, output))
-    places = [i for i, arg in enumerate(argv[:-1])
-              if arg == "-o" and os.path.normpath(os.path.join(directory, argv[i + 1])) == target]
-    if len(places) != 1:
-        raise ValueError(f"expected one `-o {output}` in the command, found {len(places)}")
-    argv[places[0] + 1] = scratch
-    return argv
+BACKUP = ".tu-recheck-orig"  # the build's object, moved aside while its TU recompiles
 
 
-def recheck(entry: dict, env: dict[str, str], scratch_dir: str) -> dict:
+def backup_of(recorded: Path) -> Path:
+    return recorded.with_name(recorded.name + BACKUP)
+
+
+def restore_interrupted(entries: list[dict]) -> int:
+    """Put back the build's objects a killed run left moved aside; returns how many."""
+    restored = 0
+    for entry in entries:
+        recorded = Path(entry["directory"], entry["output"])
+        if backup_of(recorded).is_file():
+            os.replace(backup_of(recorded), recorded)
+            restored += 1
+    return restored
+
+
+def compile_entries(build_dir: Path) -> list[dict]:
+    """The build's compile commands: CMake's compile_commands.json, else (a build that did not
+    export it, e.g. sgl-kernel's) `ninja -t compdb`, keeping the compiles whose object the
+    build made (targets left out of the build, EXCLUDE_FROM_ALL, have none)."""
+    exported = build_dir / "compile_commands.json"
+    if exported.is_file():
+        return json.loads(exported.read_text())
+    run = subprocess.run(["ninja", "-C", str(build_dir), "-t", "compdb"], capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        sys.exit(f"error: {build_dir}: no compile_commands.json and `ninja -t compdb` failed: "
+                 f"{run.stderr.strip()[-300:]}")
+    return [e for e in json.loads(run.stdout)
+            if " -c " in e["command"] and e.get("output", "").endswith(".o")
+            and (Path(e["directory"], e["output"]).is_file()
+                 or backup_of(Path(e["directory"], e["output"])).is_file())]
+
+
+def recheck(entry: dict, env: dict[str, str]) -> dict:
+    """Recompile one TU in place (nvcc writes its output's name into the object, so a scratch
+    path would differ by that alone): the build's object is moved aside, the exact command
+    writes a new one, the bytes are compared, and the build's object is always put back."""
     directory = entry["directory"]
-    output = entry.get("output") or entry["command"].split(" -o ", 1)[1].split()[0]
-    recorded = Path(directory, output)
-    with tempfile.NamedTemporaryFile(dir=scratch_dir, suffix=".o", delete=False) as handle:
-        scratch = handle.name
-    result = {"file": entry["file"], "output": output}
+    recorded = Path(directory, entry["output"])
+    result = {"file": entry["file"], "output": entry["output"]}
     try:
-        argv = scratch_command(entry["command"], directory, output, scratch)
+        old = recorded.read_bytes()
+        os.replace(recorded, backup_of(recorded))
+    except OSError as error:
+        result.update(status="error", error=str(error))
+        return result
+    try:
         start = time.monotonic()
-        run = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True)
+        run = subprocess.run(shlex.split(entry["command"]), cwd=directory, env=env,
+                             capture_output=True, text=True)
         result["seconds"] = round(time.monotonic() - start, 1)
         if run.returncode != 0:
             result.update(status="compile-failed", stderr=run.stderr[-2000:])
             return result
-        new, old = Path(scratch).read_bytes(), recorded.read_bytes()
+        new = recorded.read_bytes()
         result.update(sha256=hashlib.sha256(new).hexdigest(), size=len(new),
                       status="identical" if new == old else "differs")
         if new != old:
             result["recorded_sha256"] = hashlib.sha256(old).hexdigest()
-    except (OSError, ValueError) as error:
+    except OSError as error:
         result.update(status="error", error=str(error))
     finally:
-        Path(scratch).unlink(missing_ok=True)
+        os.replace(backup_of(recorded), recorded)
     return result
 
 
@@ -107,7 +139,7 @@ def main() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         sys.exit(f"error: another tu_recheck is writing {args.results}")
-    entries = json.loads((args.build_dir / "compile_commands.json").read_text())
+    entries = compile_entries(args.build_dir)
     random.Random(args.seed).shuffle(entries)
     done = set()
     if args.results.exists():
@@ -118,12 +150,13 @@ def main() -> int:
     if args.limit:
         todo = todo[:args.limit]
     env = build_environment(args.log)
+    if restore_interrupted(entries):
+        print("restored the build's objects an interrupted run had moved aside", flush=True)
     print(f"{len(entries)} TUs, {len(done)} already checked, {len(todo)} to do "
           f"({args.jobs} job(s))", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tu-recheck-") as scratch_dir, \
-            concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, \
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, \
             args.results.open("a") as out:
-        for result in pool.map(lambda e: recheck(e, env, scratch_dir), todo):
+        for result in pool.map(lambda e: recheck(e, env), todo):
             out.write(json.dumps(result, sort_keys=True) + "\n")
             out.flush()
             print(f"{result['status']:>14}  {result.get('seconds', '-')}s  {result['file']}",
