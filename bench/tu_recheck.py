@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -45,9 +46,11 @@ def build_environment(log: Path) -> dict[str, str]:
             break
         if line.startswith("# env "):
             key, _, value = line[len("# env "):].partition("=")
-            env[key] = value
+            # `\\` and `\n` escapes (compiler_cache.mask_env_lines)
+            env[key] = re.sub(r"\\([\\n])", lambda m: "\n" if m[1] == "n" else "\\", value)
         elif key is not None and not line.startswith("#"):
-            env[key] += "\n" + line  # a value with newlines (SGLFORGE_PREFIX_MAP_FLAGS)
+            # a log from before the escapes: a value's further lines follow as they are
+            env[key] += "\n" + line
     if "PATH" not in env:
         sys.exit(f"error: {log}: no `# env PATH=...` line: not an sglforge build log")
     env["CCACHE_DISABLE"] = "1"

@@ -341,5 +341,9 @@ class CacheStats:
 
 
 def mask_env_lines(env: Mapping[str, str]) -> str:
-    """The build log's `# env K=V` header, secrets masked."""
-    return "".join(f"# env {k}={mask_url(env[k])}\n" for k in sorted(env))
+    """The build log's `# env K=V` header, secrets masked, one line per variable: a backslash
+    is written `\\\\` and a newline `\\n` (SGLFORGE_PREFIX_MAP_FLAGS holds one flag per line),
+    so the header can be read back exactly (bench/tu_recheck.py does)."""
+    def shown(value: str) -> str:
+        return mask_url(value).replace("\\", "\\\\").replace("\n", "\\n")
+    return "".join(f"# env {k}={shown(env[k])}\n" for k in sorted(env))
