@@ -55,10 +55,46 @@ if compile_flags.intersection(args) and len(sources) == 1:
     rel = [os.path.relpath(os.path.abspath(p), root) for p in (sources[0], output) if p]
     seed = hashlib.sha256("\\0".join(rel).encode()).hexdigest()[:8]
     extra += ["-objtemp", "-frandom-seed=0x" + seed]
+hidden = [p.rstrip("/") for p in os.environ.get("SGLFORGE_HOST_LINK_PREFIXES", "").splitlines() if p]
+if hidden and not compile_flags.intersection(args):
+    # a link: nvcc records the device link's options, -L directories included, in every
+    # cubin it links (.note.nv.tkinfo). A directory in the build interpreter's prefix goes
+    # to the host linker only (-Xlinker), so the wheel does not carry that path.
+    def host_only(d):
+        return "," not in d and any(d == p or d.startswith(p + "/") for p in hidden)
+    out, i = [], 0
+    while i < len(args):
+        a, value = args[i], None
+        if a in ("-L", "--library-path") and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        elif a.startswith("--library-path="):
+            value = a.split("=", 1)[1]
+        elif a.startswith("-L"):
+            value = a[2:]
+        if value is None:
+            out.append(a)
+        else:
+            dirs = value.split(",")
+            kept = [d for d in dirs if not host_only(d)]
+            out += ["--library-path=" + ",".join(kept)] if kept else []
+            for d in dirs:
+                out += ["-Xlinker", "-L" + d] if host_only(d) else []
+        i += 1
+    args = out
 launcher = os.environ.get("SGLFORGE_COMPILER_CACHE")
 cmd = ([launcher] if launcher else []) + [real] + args + extra
 os.execvp(cmd[0], cmd)
 '''
+
+
+def host_link_prefixes() -> str:
+    """The nvcc wrapper's SGLFORGE_HOST_LINK_PREFIXES: the build interpreter's prefixes (as
+    given and resolved), whose library directories (torch/lib, libucx/lib, ...) an nvcc link
+    hands to the host linker only. nvlink writes its -L directories into each cubin it links,
+    and these paths differ per checkout, so they would leak into the wheel (wheel/leaks.py).
+    nvlink searches -L only for device-code archives, which none of these wheels ship; one
+    that did would fail the link loudly (undefined device symbol), never silently."""
+    return "\n".join(path for path, _ in prefixmap.interpreter_paths())
 
 
 def write_nvcc_wrapper(tools_bin: Path) -> Path:
@@ -115,7 +151,8 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
     if cuda_home is not None and real_nvcc is not None:
         env.update({"CUDA_HOME": str(cuda_home), "CUDA_PATH": str(cuda_home),
                     "CUDACXX": wrapper, "PYTORCH_NVCC": wrapper, "FLASHINFER_NVCC": wrapper,
-                    "SGLFORGE_REAL_NVCC": str(real_nvcc)})
+                    "SGLFORGE_REAL_NVCC": str(real_nvcc),
+                    "SGLFORGE_HOST_LINK_PREFIXES": host_link_prefixes()})
     for var in ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy"):
         env[var] = env[var.upper()] = CLOSED_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""

@@ -1,0 +1,93 @@
+"""The nvcc wrapper's links: -L directories in the build interpreter's prefix reach the host
+linker only, because nvlink writes its own -L list into every cubin it links
+(.note.nv.tkinfo), so a relocatable-device-code module linked against torch/lib of the
+toolchain venv carried that checkout's path (found by the leak scan on NIXL-EP, 2026-12-01).
+
+Real nvcc 13 (CUDA at /usr/local/cuda on every host here), real cc, real device link.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglforge.build import environment
+
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+needs_nvcc = pytest.mark.skipif(not Path(NVCC).exists() or shutil.which("cc") is None,
+                                reason="needs CUDA's nvcc and a C compiler")
+RDC = ["-rdc=true", "-gencode", "arch=compute_120,code=sm_120", "-Xcompiler", "-fPIC"]
+
+
+def _objects(tmp: Path) -> list[str]:
+    (tmp / "k.cu").write_text("__device__ int g(int x);\n"
+                              "__global__ void k(int* p) { p[0] = g(p[0]); }\n"
+                              "extern \"C\" int foo(void);\n"
+                              "int launch(int* p) { k<<<1, 1>>>(p); return foo(); }\n")
+    (tmp / "g.cu").write_text("__device__ int g(int x) { return x + 1; }\n")
+    for name in ("k", "g"):
+        subprocess.run([NVCC, *RDC, "-c", f"{name}.cu", "-o", f"{name}.o"], cwd=tmp,
+                       check=True, capture_output=True)
+    return ["k.o", "g.o"]
+
+
+def _library(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    (directory / "foo.c").write_text("int foo(void) { return 1; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(directory / "libfoo.so"),
+                    str(directory / "foo.c")], check=True, capture_output=True)
+
+
+def _link(tmp: Path, wrapper: Path, prefixes: list[Path], args: list[str]) -> bytes:
+    env = {**os.environ, "SGLFORGE_REAL_NVCC": NVCC, "SGLFORGE_BUILD_ROOT": str(tmp),
+           "SGLFORGE_HOST_LINK_PREFIXES": "\n".join(map(str, prefixes))}
+    env.pop("SGLFORGE_COMPILER_CACHE", None)
+    out = tmp / "m.so"
+    out.unlink(missing_ok=True)
+    subprocess.run([str(wrapper), "-shared", *RDC, *_objects(tmp), *args, "-o", str(out)],
+                   cwd=tmp, env=env, check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def _needed(data: bytes, tmp: Path) -> str:
+    (tmp / "probe.so").write_bytes(data)
+    return subprocess.run(["readelf", "-d", str(tmp / "probe.so")], check=True,
+                          capture_output=True, text=True).stdout
+
+
+@needs_nvcc
+@pytest.mark.parametrize("form", ["-L{}", "-L {}", "--library-path={}", "--library-path {}"])
+def test_a_library_dir_in_the_prefix_links_without_entering_the_cubin(tmp_path, form):
+    prefix = tmp_path / "venv-of-this-checkout"
+    _library(prefix / "lib")
+    wrapper = environment.write_nvcc_wrapper(tmp_path / "bin")
+    link_args = form.format(prefix / "lib").split(" ") + ["-lfoo"]
+    module = _link(tmp_path, wrapper, [prefix], link_args)
+    assert str(prefix).encode() not in module
+    assert "[libfoo.so]" in _needed(module, tmp_path)  # the host linker still found it
+    assert b"-arch sm_120 -m 64" in module  # the device link ran and recorded its options
+
+
+@needs_nvcc
+def test_other_library_dirs_are_passed_as_given(tmp_path):
+    """Only the prefixes named are moved: any other -L stays nvlink's too (what nvcc does)."""
+    elsewhere = tmp_path / "elsewhere"
+    _library(elsewhere / "lib")
+    wrapper = environment.write_nvcc_wrapper(tmp_path / "bin")
+    module = _link(tmp_path, wrapper, [tmp_path / "venv-of-this-checkout"],
+                   [f"-L{elsewhere / 'lib'}", "-lfoo"])
+    assert str(elsewhere / "lib").encode() in module
+    unwrapped = _link(tmp_path, wrapper, [], [f"-L{elsewhere / 'lib'}", "-lfoo"])
+    assert str(elsewhere / "lib").encode() in unwrapped
+
+
+def test_the_build_environment_names_the_interpreter_prefixes(tmp_path):
+    from sglforge.build import prefixmap
+
+    listed = environment.host_link_prefixes().splitlines()
+    assert listed == [path for path, _ in prefixmap.interpreter_paths()]
+    assert listed  # the running interpreter's own prefix at least
