@@ -84,3 +84,68 @@ def test_the_plugin_rpath_reaches_libucp_of_the_required_wheel(tmp_path):
                                       requires=["torch", "numpy"])
     ucp = next(d for d in deps if d.library == "libucp.so.0")
     assert ucp.source is None and "which the wheel does not require" in ucp.detail
+
+
+# NIXL-EP (patches/nixl/0005, 0006; recipes/nixl-cu13.toml): the module nixl_ep_cu13/ that the
+# nixl meta wheel's `nixl_ep` dispatcher re-exports, and whose Buffer SGLang imports.
+EP_MODULE = "nixl_ep_cu13/nixl_ep_cpp_torch211.cpython-312-x86_64-linux-gnu.so"
+
+
+def nixl_recipe(target: str | None = None):
+    from sglforge.inputs.targets import load_target
+
+    lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
+    toolchain = load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
+    return parse_recipe(ROOT / "recipes" / "nixl-cu13.toml", lock, toolchain,
+                        load_target(ROOT, target) if target else None)
+
+
+def test_nixl_ep_is_built_for_the_archs_of_each_target():
+    """meson takes arch numbers only: the product's sm_120 and the H200's sm_90 reach
+    -Dnixl_cuda_arch_list through the placeholder, never a literal the audit cannot see."""
+    from sglforge.inputs.recipes import ARCH_FORMS
+
+    setup_args = nixl_recipe().config_settings["setup-args"]
+    assert "-Dbuild_nixl_ep=true" in setup_args
+    assert "-Dnixl_cuda_arch_list={nixl_cuda_arch_list}" in setup_args
+    form = ARCH_FORMS["nixl_cuda_arch_list"]
+    assert form(nixl_recipe().cuda_archs) == "120"
+    assert form(nixl_recipe("h200-verify").cuda_archs) == "90"
+    series = (ROOT / "patches" / "nixl" / "series").read_text().split()
+    assert {"0005-nixl-ep-wheel-relative-rpath.patch",
+            "0006-nixl-ep-without-rdma-core-headers.patch"} <= set(series)
+
+
+@needs_cc
+def test_the_nixl_ep_rpath_reaches_torch_cudart_and_ucx_of_required_wheels(tmp_path):
+    """The recipe's -Dnixl_ep_rpath on an ELF installed where the module is resolves libtorch
+    (torch), libcudart.so.13 (nvidia-cuda-runtime, through torch) and libucp.so.0
+    (libucx-cu13); libtorch counts only because the recipe pins torch (requires-torch-abi)."""
+    entry = recipe_setup_arg("nixl_ep_rpath")
+    parts = entry.split(":")
+    assert parts and all(p.startswith("${ORIGIN}/") for p in parts), parts  # braced: kept
+    assert nixl_recipe().requires_torch_abi
+    compile_so(tmp_path, "torch")
+    compile_so(tmp_path, "cudart", soname="libcudart.so.13")
+    shutil.copy(tmp_path / "libcudart.so", tmp_path / "libcudart.so.13")
+    compile_so(tmp_path, "ucp", soname="libucp.so.0")
+    shutil.copy(tmp_path / "libucp.so", tmp_path / "libucp.so.0")
+    module = compile_so(tmp_path, "ep", links=("torch", ":libcudart.so.13", ":libucp.so.0"),
+                        rpath=entry)
+    world = audit.LibraryWorld(
+        site_dirs={"torch/lib": {"libtorch.so": "torch"},
+                   "nvidia/cu13/lib": {"libcudart.so.13": "nvidia-cuda-runtime"},
+                   "libucx/lib": {"libucp.so.0": "libucx-cu13"}},
+        system=frozenset({"libc.so.6"}),
+        requires={"torch": ("nvidia-cuda-runtime==13.0.96",)})
+    requires = [r for r in patched_dependencies() if r != "torch"] + ["torch==2.11.0"]
+    deps = audit.resolve_dependencies({EP_MODULE: module}, world, torch_bound=True,
+                                      requires=requires)
+    found = {d.library: (d.source, d.detail) for d in deps}
+    assert found["libtorch.so"] == ("torch", "torch/lib")
+    assert found["libcudart.so.13"] == ("nvidia-cuda-runtime", "nvidia/cu13/lib")
+    assert found["libucp.so.0"] == ("libucx-cu13", "libucx/lib")
+    unpinned = audit.resolve_dependencies({EP_MODULE: module}, world, torch_bound=False,
+                                          requires=patched_dependencies())
+    torch_lib = next(d for d in unpinned if d.library == "libtorch.so")
+    assert torch_lib.source is None and "requires-torch-abi" in torch_lib.detail
