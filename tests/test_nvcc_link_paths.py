@@ -60,7 +60,8 @@ def _needed(data: bytes, tmp: Path) -> str:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("form", ["-L{}", "-L {}", "--library-path={}", "--library-path {}"])
+@pytest.mark.parametrize("form", ["-L{}", "-L {}", "--library-path={}", "--library-path {}",
+                                  "-Xlinker -L{}"])
 def test_a_library_dir_in_the_prefix_links_without_entering_the_cubin(tmp_path, form):
     prefix = tmp_path / "venv-of-this-checkout"
     _library(prefix / "lib")

@@ -62,9 +62,16 @@ if hidden and not compile_flags.intersection(args):
     # to the host linker only (-Xlinker), so the wheel does not carry that path.
     def host_only(d):
         return "," not in d and any(d == p or d.startswith(p + "/") for p in hidden)
+    passthrough = {{"-Xlinker", "--linker-options", "-Xcompiler", "--compiler-options",
+                   "-Xnvlink", "--nvlink-options", "-Xptxas", "--ptxas-options", "-Xarchive",
+                   "--archive-options"}}
     out, i = [], 0
     while i < len(args):
         a, value = args[i], None
+        if a in passthrough and i + 1 < len(args):  # its value belongs to that tool
+            out += [a, args[i + 1]]
+            i += 2
+            continue
         if a in ("-L", "--library-path") and i + 1 < len(args):
             value, i = args[i + 1], i + 1
         elif a.startswith("--library-path="):
