@@ -92,3 +92,32 @@ def test_the_build_environment_names_the_interpreter_prefixes(tmp_path):
     listed = environment.host_link_prefixes().splitlines()
     assert listed == [path for path, _ in prefixmap.interpreter_paths()]
     assert listed  # the running interpreter's own prefix at least
+
+
+@pytest.mark.parametrize("given, expected", [
+    (["-L", "/other/lib"], ["-L", "/other/lib"]),                       # untouched, as given
+    (["-L/P/lib"], ["-Xlinker", "-L/P/lib"]),
+    (["-L", "/P/lib"], ["-Xlinker", "-L/P/lib"]),
+    (["--library-path=/P/lib,/other"], ["--library-path=/other", "-Xlinker", "-L/P/lib"]),
+    (["-Xlinker", "-L/P/lib"], ["-Xlinker", "-L/P/lib"]),              # already host-only
+    (["-Xcompiler", "-L/P/lib"], ["-Xcompiler", "-L/P/lib"]),          # that tool's value
+    (["-L/Pother/lib"], ["-L/Pother/lib"]),                            # a sibling, not inside
+])
+def test_the_link_arguments_the_wrapper_hands_to_nvcc(tmp_path, given, expected):
+    """Exact argv, with a stand-in nvcc that prints it: moved only what lies in a prefix."""
+    import json
+    import sys
+
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    wrapper = environment.write_nvcc_wrapper(tmp_path / "bin")
+    env = {**os.environ, "SGLFORGE_REAL_NVCC": str(fake), "SGLFORGE_BUILD_ROOT": str(tmp_path),
+           "SGLFORGE_HOST_LINK_PREFIXES": "/P/\n/elsewhere", "SGLFORGE_PREFIX_MAP_FLAGS": ""}
+    env.pop("SGLFORGE_COMPILER_CACHE", None)
+    run = lambda *extra: json.loads(subprocess.run(  # noqa: E731
+        [str(wrapper), *extra], env=env, check=True, capture_output=True, text=True).stdout)
+    assert run("-shared", "a.o", *given, "-o", "m.so") == ["-shared", "a.o", *expected,
+                                                           "-o", "m.so"]
+    # a compile is not a device link: its -L (if any) is left to nvcc
+    assert run("-c", "k.cu", "-o", "k.o", *given)[4:4 + len(given)] == given

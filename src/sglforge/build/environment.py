@@ -72,16 +72,17 @@ if hidden and not compile_flags.intersection(args):
             out += [a, args[i + 1]]
             i += 2
             continue
+        given = [a]
         if a in ("-L", "--library-path") and i + 1 < len(args):
-            value, i = args[i + 1], i + 1
+            value, i, given = args[i + 1], i + 1, [a, args[i + 1]]
         elif a.startswith("--library-path="):
             value = a.split("=", 1)[1]
         elif a.startswith("-L"):
             value = a[2:]
-        if value is None:
-            out.append(a)
+        dirs = value.split(",") if value is not None else []
+        if not any(host_only(d) for d in dirs):
+            out += given  # as given: nothing to move
         else:
-            dirs = value.split(",")
             kept = [d for d in dirs if not host_only(d)]
             out += ["--library-path=" + ",".join(kept)] if kept else []
             for d in dirs:
