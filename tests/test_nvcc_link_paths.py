@@ -86,12 +86,28 @@ def test_other_library_dirs_are_passed_as_given(tmp_path):
     assert str(elsewhere / "lib").encode() in unwrapped
 
 
-def test_the_build_environment_names_the_interpreter_prefixes(tmp_path):
-    from sglforge.build import prefixmap
+def test_a_build_moves_the_toolchain_interpreters_own_library_dirs(tmp_path):
+    """Wired up: the environment every build starts from (base_env) names the running
+    interpreter's prefix, so its wrapper moves -L<sys.prefix>/lib and nothing else."""
+    import json
+    import sys
 
-    listed = environment.host_link_prefixes().splitlines()
-    assert listed == [path for path, _ in prefixmap.interpreter_paths()]
-    assert listed  # the running interpreter's own prefix at least
+    from sglforge.base.buildroot import BuildRoot
+
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    root = BuildRoot(tmp_path / "root")
+    for d in (root.home, root.tmp):
+        d.mkdir(parents=True, exist_ok=True)
+    env = environment.base_env(root, tmp_path, fake, 0)
+    environment.write_nvcc_wrapper(root.tools_bin)
+    own = f"{sys.prefix}/lib"
+    argv = json.loads(subprocess.run(
+        [env["CUDACXX"], "-shared", "a.o", f"-L{own}", "-L/usr/lib", "-o", "m.so"],
+        env=env, check=True, capture_output=True, text=True).stdout)
+    # (then the prefix-map flags every invocation gets)
+    assert argv[:7] == ["-shared", "a.o", "-Xlinker", f"-L{own}", "-L/usr/lib", "-o", "m.so"]
 
 
 @pytest.mark.parametrize("given, expected", [
