@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import io
+import os
 import sys
 import tarfile
 import zipfile
@@ -19,6 +20,10 @@ import pytest
 
 from tests.fixtures import upstreams
 from tests.fixtures.project import FixtureProject, cuda_release
+from sglforge.base.errors import SglforgeError
+from sglforge.build.mesonwraps import place_wrap_inputs
+from sglforge.inputs.pins import parse_lockfile
+from sglforge.sources.cache import SourceCache
 from tests.helpers import snapshot
 
 pytest.importorskip("mesonpy", reason="meson-python (a [test] extra) is not installed")
@@ -122,21 +127,33 @@ diff_files = gitwrap-fix.patch
     }
 
 
-def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz") -> tuple[FixtureProject,
-                                                                               str]:
+def _repo(path: Path, files: dict[str, str], links: dict[str, str] | None = None) -> str:
+    """upstreams.make_repo, with symbolic links (name -> target) committed too. A file under
+    a linked directory is written through the link (out there) and is not in the commit."""
+    for name, target in (links or {}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, path / name)
+    return upstreams.make_repo(path, files)
+
+
+def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz", *,
+             links: dict[str, dict[str, str]] | None = None) -> tuple[FixtureProject, str]:
+    """`links`: repository (mesondemo, nestwrap, gitwrap) -> the links it ships."""
+    links = links or {}
     mirror = base / "mirror"
     source_sha = _tarball(mirror / "dl" / "greetwrap-1.0.tar.gz", "hello from greetwrap\n")
     other_sha = _tarball(mirror / "dl" / "greetwrap-other.tar.gz", "not the wrap's file\n")
     patch_sha = _patch_zip(mirror / "dl" / "greetwrap_1.0-1_patch.zip")
-    nest_commit = upstreams.make_repo(mirror / "org" / "nestwrap", {
-        "README": "the release tarball is cut from nestwrap/\n",
-        "nestwrap/message.txt": "hello from the nested tree\n"})
-    git_commit = upstreams.make_repo(mirror / "org" / "gitwrap", {
+    nest_files = {"README": "the release tarball is cut from nestwrap/\n"}
+    if "nestwrap" not in links.get("nestwrap", {}):
+        nest_files["nestwrap/message.txt"] = "hello from the nested tree\n"
+    nest_commit = _repo(mirror / "org" / "nestwrap", nest_files, links.get("nestwrap"))
+    git_commit = _repo(mirror / "org" / "gitwrap", {
         "meson.build": "project('gitwrap')\n"
                        "cloned = import('fs').read('message.txt').strip()\n",
-        "message.txt": "cloned, unpatched\n"})
-    commit = upstreams.make_repo(mirror / "org" / "mesondemo", _upstream_files(source_sha,
-                                                                             patch_sha))
+        "message.txt": "cloned, unpatched\n"}, links.get("gitwrap"))
+    commit = _repo(mirror / "org" / "mesondemo", _upstream_files(source_sha, patch_sha),
+                   links.get("mesondemo"))
     pinned_sha = source_sha if pinned_source == "greetwrap-1.0.tar.gz" else other_sha
     root = base / "project"
     (root / "lockfiles").mkdir(parents=True)
@@ -203,3 +220,182 @@ def test_pin_that_is_not_the_wraps_file_is_an_error_naming_the_wrap(tmp_path):
     assert "greetwrap.wrap (wrap 'greetwrap')" in result.stderr
     assert "build of mesondemo failed" not in result.stderr  # stopped before meson ran
     assert snapshot(project.root / "wheels") == before
+
+
+# -- issue 31 item 3: sglforge's own steps never follow a link out of an upstream tree --------
+
+
+def _outside(base: Path) -> tuple[Path, bytes]:
+    """A directory out of every tree, holding a 0600 file (root's, when the suite is root)."""
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "message.txt").write_text("read from outside the tree\n")
+    secret = b"SECRET-0600-NOT-FOR-ANY-WHEEL\n"
+    fd = os.open(outside / "secret", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, secret)
+    os.close(fd)
+    return outside, secret
+
+
+def _holding(directory: Path, data: bytes) -> list[str]:
+    """Every file under `directory` (links not followed) whose bytes contain `data`, and
+    every wheel member that does."""
+    found = []
+    for parent, _dirs, files in os.walk(directory):
+        for name in files:
+            path = Path(parent) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            if data in path.read_bytes():
+                found.append(str(path))
+            if name.endswith(".whl"):
+                with zipfile.ZipFile(path) as wheel:
+                    found += [f"{path}:{m}" for m in wheel.namelist() if data in wheel.read(m)]
+    return found
+
+
+def test_wrap_tree_that_is_a_link_to_an_absolute_directory_is_refused_not_copied(tmp_path):
+    """Red-team finding: a git pin standing in for a wrap whose top-level directory (the one
+    named like the wrap) is a link to an absolute directory: the copy step, as root, copied a
+    0600 file from out there into the package cache, and it ended up in the wheel."""
+    outside, secret = _outside(tmp_path)
+    project, _ = _project(tmp_path, links={"nestwrap": {"nestwrap": str(outside)}})
+    result = project.run("build", "--no-check")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"mesondemo.nestwrap: nestwrap goes through the symlink nestwrap -> {outside} " \
+           "(absolute)" in result.stderr
+    assert "leads outside the tree" in result.stderr
+    assert _holding(project.build_root, secret) == []
+    assert _holding(project.root, secret) == []
+    # nothing half-placed is left for meson either
+    assert not (project.build_root / "src" / "mesondemo" / "subprojects" / "packagecache"
+                ).exists()
+    assert sorted(p.name for p in outside.iterdir()) == ["message.txt", "secret"]
+
+
+def test_link_inside_a_wrap_tree_leading_out_is_refused(tmp_path):
+    outside, secret = _outside(tmp_path)
+    project, _ = _project(tmp_path, links={"gitwrap": {"data": str(outside),
+                                                       "docs/up": "../../.."}})
+    result = project.run("build", "--no-check")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"mesondemo.gitwrap: data is a symlink to '{outside}' (absolute or empty)" \
+           in result.stderr
+    assert "sglforge copies no link out of a tree" in result.stderr
+    assert _holding(project.build_root, secret) == []
+
+
+def test_upstream_whose_subprojects_is_a_link_out_gets_no_packagecache_out_there(tmp_path):
+    """Red-team finding: an upstream shipping `subprojects` as a link to a directory outside
+    its tree made sglforge create `packagecache/` (and copy the pinned inputs) out there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # the upstream's wrap files are written through the link: they exist only out there
+    project, _ = _project(tmp_path, links={"mesondemo": {"subprojects": str(elsewhere)}})
+    before = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
+    assert "greetwrap.wrap" in before
+    result = project.run("build", "--no-check")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"mesondemo: subprojects goes through the symlink subprojects -> {elsewhere} " \
+           "(absolute)" in result.stderr
+    assert not (elsewhere / "packagecache").exists()
+    assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
+
+
+# place_wrap_inputs on its own (no build): each way a link could lead out, and the links that
+# stay inside, which are copied as links
+
+COMMIT = "1" * 40
+
+
+def _wrap_case(tmp_path: Path, wrap: str = "[wrap-git]\nurl = https://x.invalid/d.git\n"
+               ) -> tuple[Path, Path, object]:
+    lockfile = tmp_path / "upstreams.toml"
+    lockfile.write_text(
+        f'[[source]]\nname = "up"\nurl = "https://x.invalid/up.git"\ncommit = "{COMMIT}"\n\n'
+        '[[source]]\nname = "up.dep"\nparent = "up"\nfetchcontent = "dep"\n'
+        f'url = "https://x.invalid/dep.git"\ncommit = "{"2" * 40}"\n')
+    source = tmp_path / "src"
+    (source / "subprojects").mkdir(parents=True)
+    (source / "meson.build").write_text("project('up')\n")
+    (source / "subprojects" / "dep.wrap").write_text(wrap)
+    dep = tmp_path / "dep"
+    (dep / "src").mkdir(parents=True)
+    (dep / "meson.build").write_text("project('dep')\n")
+    (dep / "src" / "a.c").write_text("int a;\n")
+    return source, dep, parse_lockfile(lockfile)
+
+
+def _place(tmp_path: Path, source: Path, dep: Path, lock: object) -> list:
+    return place_wrap_inputs(lock, "up", source, SourceCache(tmp_path / "cache"),
+                             lambda pin: dep)
+
+
+def test_links_inside_a_wrap_tree_are_copied_as_links(tmp_path):
+    source, dep, lock = _wrap_case(tmp_path)
+    os.symlink("src/a.c", dep / "alias.c")
+    os.symlink("../meson.build", dep / "src" / "up.build")
+    os.symlink("src", dep / "srcdir")
+    os.symlink("missing/../src", dep / "odd")  # dangling on the way, but inside
+    [placed] = _place(tmp_path, source, dep, lock)
+    assert placed.placed == "subprojects/packagecache/dep"
+    copy = source / placed.placed
+    assert os.readlink(copy / "alias.c") == "src/a.c"  # a link still, not its file
+    assert os.readlink(copy / "src" / "up.build") == "../meson.build"
+    assert os.readlink(copy / "srcdir") == "src" and os.readlink(copy / "odd") == \
+        "missing/../src"
+    assert (copy / "src" / "a.c").read_text() == "int a;\n"
+
+
+def test_subprojects_linked_inside_the_tree_is_used_there(tmp_path):
+    source, dep, lock = _wrap_case(tmp_path)
+    (source / "subprojects").rename(source / "real-subprojects")
+    os.symlink("real-subprojects", source / "subprojects")
+    [placed] = _place(tmp_path, source, dep, lock)
+    assert placed.placed == "real-subprojects/packagecache/dep"
+    assert (source / "subprojects" / "packagecache" / "dep" / "meson.build").is_file()
+
+
+@pytest.mark.parametrize(("hostile", "message"), [
+    # a link in the copied tree, absolute, or climbing out (directly, through a chain, or
+    # out of the copied tree into the rest of the pinned one)
+    ({"dep/leak": "/etc"}, "up.dep: leak is a symlink to '/etc' (absolute or empty)"),
+    ({"dep/src/up": "../../outside"}, "up.dep: src/up is a symlink to '../../outside', which "
+                                      "climbs above the tree root"),
+    ({"dep/hop": "src/next", "dep/src/next": "/etc/passwd"},
+     "up.dep: hop is a symlink to 'src/next', which goes through the symlink src/next -> "
+     "/etc/passwd (absolute)"),
+    ({"dep/loop": "loop2", "dep/loop2": "loop"}, "up.dep: loop is a symlink to 'loop2', "
+                                                "which goes through the symlink"),
+    # the upstream tree: the wrap file, the package cache, a link on the way to subprojects
+    ({"src/subprojects/dep.wrap": "/etc/passwd"},
+     "up: subprojects/dep.wrap goes through the symlink subprojects/dep.wrap -> /etc/passwd"),
+    ({"src/subprojects/packagecache": "/nonexistent-sglforge"},
+     "packagecache already exists in the exported tree"),
+    ({"src/subprojects": "../outside"},
+     "up: subprojects goes through the symlink subprojects -> ../outside, which then climbs "
+     "above the tree root"),
+])
+def test_every_link_out_is_refused_naming_the_pin_and_the_path(tmp_path, hostile, message):
+    source, dep, lock = _wrap_case(tmp_path)
+    (tmp_path / "outside").mkdir()
+    bases = {"dep": dep, "src": source}
+    for name, target in hostile.items():
+        where, _, rel = name.partition("/")
+        path = bases[where] / rel
+        if os.path.lexists(path):
+            if path.is_dir() and not path.is_symlink():
+                (path / "dep.wrap").rename(tmp_path / "outside" / "dep.wrap")
+                path.rmdir()
+            else:
+                path.unlink()
+        os.symlink(target, path)
+    before = sorted(p.name for p in (tmp_path / "outside").iterdir())
+    with pytest.raises(SglforgeError) as caught:
+        _place(tmp_path, source, dep, lock)
+    assert message in str(caught.value)
+    assert sorted(p.name for p in (tmp_path / "outside").iterdir()) == before
+    assert not (source / "subprojects" / "packagecache" / "dep").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.linkwalk import LinkEscape, walk_on_disk
 
 # Caps for reading input files, by kind: far above any real file of that kind (the largest
 # committed TOML input is ~18 KB, the largest patch ~32 KB, runtime.lock ~400 KB), far below
@@ -179,3 +181,105 @@ def exclusive_lock(path: Path, what: str, *, wait: bool = False) -> Iterator[Non
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------
+# copies from and into upstream trees: no link is followed out of the tree (issue 31)
+
+
+def path_inside(root: Path, rel: str, what: str, *, follow_last: bool = True) -> Path:
+    """Where `rel` (a relative path) leads under the real directory `root`, its links
+    followed as the kernel would: a path under `root` whose components are no links (but the
+    last, without `follow_last`). A way out of `root` (an absolute link, one climbing above
+    it, a loop) is an SglforgeError naming `what` (the pin), `rel` and the link, before
+    anything is read or written there."""
+    parts = rel.split("/")
+    if rel.startswith("/"):
+        raise SglforgeError(f"{what}: {rel} is an absolute path, not one inside the tree")
+    try:
+        inside = walk_on_disk(root, parts, follow_last=follow_last)
+    except LinkEscape as exc:
+        raise SglforgeError(f"{what}: {rel} {exc}: it leads outside the tree {root}, and "
+                            "sglforge follows no link out of an upstream tree") from None
+    return root.joinpath(*inside)
+
+
+def copy_tree_inside(src: Path, dest: Path, what: str, *,
+                     ignore: tuple[str, ...] = ()) -> None:
+    """Copy the directory `src` to `dest` (which must not exist): directories, regular files
+    (mode without setuid/setgid/sticky, mtime) and links — copied as links, never followed,
+    and only when they resolve inside `src` (resolved against `src` on disk, chains
+    included). `src` itself must be a directory, not a link. Anything else — a link whose
+    target is absolute or leads out of `src`, a device, a fifo, a socket — is an
+    SglforgeError naming `what` (the pin) and the path inside `src`. Names matching one of
+    the `ignore` patterns (fnmatch, any depth) are left out."""
+    try:
+        top = os.lstat(src)
+    except OSError as exc:
+        raise SglforgeError(f"{what}: cannot read {src} ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(top.st_mode):
+        raise SglforgeError(f"{what}: {src} is a symlink (to {os.readlink(src)!r}); sglforge "
+                            "copies a tree only from the directory itself, never through a "
+                            "link")
+    if not stat.S_ISDIR(top.st_mode):
+        raise SglforgeError(f"{what}: {src} is not a directory")
+
+    def refuse(rel: str, why: str) -> SglforgeError:
+        return SglforgeError(f"{what}: {rel} {why}; sglforge copies no link out of a tree "
+                             f"(copying {src})")
+
+    def copy_file(source: str, target: str, rel: str) -> os.stat_result:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise refuse(rel, f"cannot be read ({exc.strerror or exc})") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # swapped since it was listed
+                raise refuse(rel, "is no longer a regular file")
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+            try:
+                while chunk := os.read(fd, 1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view):]
+                os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
+                os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+        return info
+
+    def copy_dir(parts: tuple[str, ...], target: str, mode: int) -> None:
+        source = os.path.join(src, *parts)
+        os.mkdir(target, 0o700)
+        with os.scandir(source) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        for entry in entries:
+            if any(fnmatch.fnmatch(entry.name, pattern) for pattern in ignore):
+                continue
+            here = (*parts, entry.name)
+            rel = "/".join(here)
+            out = os.path.join(target, entry.name)
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                text = os.readlink(entry.path)
+                if not text or text.startswith("/"):
+                    raise refuse(rel, f"is a symlink to {text!r} (absolute or empty)")
+                try:
+                    walk_on_disk(src, [*parts, *text.split("/")])
+                except LinkEscape as exc:
+                    raise refuse(rel, f"is a symlink to {text!r}, which {exc}") from None
+                os.symlink(text, out)
+            elif stat.S_ISDIR(info.st_mode):
+                copy_dir(here, out, info.st_mode)
+            elif stat.S_ISREG(info.st_mode):
+                copy_file(entry.path, out, rel)
+            else:
+                raise SglforgeError(f"{what}: {rel} is not a regular file, directory or link "
+                                    f"(copying {src})")
+        os.chmod(target, stat.S_IMODE(mode) & 0o777)
+
+    copy_dir((), os.fspath(dest), top.st_mode)

@@ -106,8 +106,14 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
     Entries `src` lacks are removed when `previous` is None, else only those an earlier sync
     wrote (`previous`: its `tracked` paths): what the build itself created in the tree (an
     in-tree `build/` of setuptools or torch cpp_extension, egg-info) stays, as in a git
-    checkout's untracked files."""
+    checkout's untracked files.
+
+    Nothing in `dest` is followed: an entry the build replaced by a link (to a directory out
+    of the tree, say) is removed and written afresh, and `dest` itself must not be a link."""
     stats = stats if stats is not None else SyncStats()
+    if dest.is_symlink():
+        raise SglforgeError(f"{dest}: is a symlink (to {os.readlink(dest)!r}); a dev tree is "
+                            "synced only into a directory of its own, never through a link")
     dest.mkdir(parents=True, exist_ok=True)
     wanted = {}
     with os.scandir(src) as entries:
@@ -217,9 +223,10 @@ class DevWorkspace:
         if state is not None:
             for slot in self.slots:
                 inode = state["inodes"].get(slot.key)
-                if slot.parked.is_dir():
+                # a link is never adopted (the build may plant one): that slot starts afresh
+                if _real_dir(slot.parked):
                     where[slot.key] = slot.parked
-                elif slot.live.is_dir() and inode == slot.live.stat().st_ino:
+                elif _real_dir(slot.live) and inode == slot.live.stat().st_ino:
                     where[slot.key] = slot.live  # a dev build was killed before parking
         self.fresh = state is None or len(where) != len(self.slots)
         with contextlib.suppress(FileNotFoundError):
@@ -271,6 +278,14 @@ class DevWorkspace:
             yield self
         finally:
             self.park()
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_dev_names(names: tuple[str, ...]) -> str:

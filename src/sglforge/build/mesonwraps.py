@@ -19,11 +19,19 @@ the wrapdb patch zip) becomes one of those, checked against `subprojects/<wrap>.
   wrap is used, as the release tarball is cut from it. The wrap's source_hash (of a tarball
   that is not used) cannot be checked then: the pinned commit is what is trusted.
 Nothing is downloaded here; archives come from the source cache, trees from export_source.
+
+The upstream tree and the pinned trees are hostile data, and this runs before the build, as
+the user sglforge runs as (root on a build host): no link is followed out of a tree (issue 31).
+`subprojects`, a `.wrap` file and the package cache are reached through links only while
+those stay inside the upstream's tree; a pinned tree is copied by base/fs.copy_tree_inside
+(links copied as links, and only those resolving inside the copied tree); anything else is
+an error naming the pin and the path, before anything is written outside.
 """
 
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.fs import copy_tree_inside, path_inside, read_capped, remove_tree
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.sources.cache import SourceCache
 
@@ -72,12 +81,16 @@ def _plain_name(value: str, wrap: Path, key: str) -> str:
     return value
 
 
+WRAP_CAP = 1 << 20  # a .wrap file is a few hundred bytes
+
+
 def read_wrap(path: Path) -> MesonWrap:
     """Parse one .wrap file (hostile data: a clear error naming the file and key)."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
-    except (OSError, UnicodeError, configparser.Error) as exc:
+        parser.read_string(read_capped(path, WRAP_CAP, "wrap file").decode("utf-8"),
+                           source=str(path))
+    except (UnicodeError, configparser.Error) as exc:
         raise SglforgeError(f"{path}: not a readable wrap file: {exc}") from None
     sections = [s for s in parser.sections() if s.startswith("wrap-")]
     if len(sections) != 1:
@@ -98,11 +111,14 @@ def read_wrap(path: Path) -> MesonWrap:
                      patch_hash=(values.get("patch_hash") or "").strip().lower() or None)
 
 
-def _wrap_for(pin: Pin, subprojects: Path) -> tuple[MesonWrap, bool]:
+def _wrap_for(pin: Pin, source_root: Path, subprojects: str) -> tuple[MesonWrap, bool]:
+    """The wrap `pin` stands in for; `subprojects` is where the upstream's subprojects
+    directory really is (relative to `source_root`, links resolved inside it)."""
     assert pin.fetchcontent is not None
     is_patch = pin.fetchcontent.endswith(PATCH_SUFFIX)
     name = pin.fetchcontent.removesuffix(PATCH_SUFFIX) if is_patch else pin.fetchcontent
-    path = subprojects / f"{name}.wrap"
+    # the .wrap may be a link, but one that stays in the tree: sglforge reads nothing outside
+    path = path_inside(source_root, f"{subprojects}/{name}.wrap", str(pin.parent))
     if not path.is_file():
         raise SglforgeError(f"{pin.name} (fetchcontent = {pin.fetchcontent!r}): the tree of "
                             f"'{pin.parent}' has no subprojects/{name}.wrap to hand it to")
@@ -131,6 +147,9 @@ def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache
     assert pin.sha256 is not None
     archive = cache.verified_tarball(pin.name, pin.sha256)
     target = packagecache / filename
+    if os.path.lexists(target):
+        raise SglforgeError(f"{pin.name}: {target} is placed twice (another pin's input has "
+                            f"the name '{filename}')")
     shutil.copyfile(archive, target)
     return target
 
@@ -141,11 +160,17 @@ def _place_tree(pin: Pin, wrap: MesonWrap, is_patch: bool, tree: Path,
         raise SglforgeError(f"{pin.name}: a wrap's patch ({pin.fetchcontent}) must be an "
                             "archive pin (sha256), not a git pin")
     root = tree
-    nested = tree / wrap.name
-    if wrap.kind == "file" and nested.is_dir() and not (tree / "meson.build").exists():
-        root = nested  # the release tarball's tree is this directory of the repository
+    if wrap.kind == "file" and not os.path.lexists(tree / "meson.build"):
+        # the release tarball's tree is this directory of the repository (a link to it only
+        # while that stays inside the pinned tree)
+        nested = path_inside(tree, wrap.name, pin.name)
+        if nested.is_dir():
+            root = nested
     target = packagecache / wrap.directory
-    shutil.copytree(root, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    if os.path.lexists(target):
+        raise SglforgeError(f"{pin.name}: {target} is placed twice (two pins name the wrap "
+                            f"directory '{wrap.directory}')")
+    copy_tree_inside(root, target, pin.name, ignore=(".git",))
     return target
 
 
@@ -155,23 +180,32 @@ def place_wrap_inputs(lock: Lockfile, upstream: str, source_root: Path, cache: S
 
     `export_tree(pin)` exports a git pin's tree (with its submodules) and returns it.
     """
-    subprojects = source_root / "subprojects"
+    # `subprojects` (and any link on the way) must stay inside the tree: an upstream that
+    # ships it as a link out would have the package cache made, and the wraps read, out there
+    subprojects = path_inside(source_root, "subprojects", upstream)
+    if not subprojects.is_dir():
+        raise SglforgeError(f"{upstream}: subprojects is not a directory in {source_root}")
     packagecache = subprojects / "packagecache"
-    if packagecache.exists():
+    if os.path.lexists(packagecache):  # a dangling link too
         raise SglforgeError(f"{upstream}: {packagecache} already exists in the exported tree; "
                             "the pinned wrap inputs would mix with files of unknown origin")
+    where = str(subprojects.relative_to(source_root))
     pins = lock.fetchcontent(upstream)
-    planned = [(pin, *_wrap_for(pin, subprojects)) for pin in pins]
+    planned = [(pin, *_wrap_for(pin, source_root, where)) for pin in pins]
     for pin, wrap, is_patch in planned:  # every pin checked before anything is written
         if not pin.is_git:
             _check_archive_pin(pin, wrap, is_patch)
     packagecache.mkdir()
     placed = []
-    for pin, wrap, is_patch in planned:
-        if pin.is_git:
-            target = _place_tree(pin, wrap, is_patch, export_tree(pin), packagecache)
-        else:
-            target = _place_archive(pin, wrap, is_patch, cache, packagecache)
-        placed.append(PlacedWrapInput(pin.name, wrap.name,
-                                      str(target.relative_to(source_root))))
+    try:
+        for pin, wrap, is_patch in planned:
+            if pin.is_git:
+                target = _place_tree(pin, wrap, is_patch, export_tree(pin), packagecache)
+            else:
+                target = _place_archive(pin, wrap, is_patch, cache, packagecache)
+            placed.append(PlacedWrapInput(pin.name, wrap.name,
+                                          str(target.relative_to(source_root))))
+    except BaseException:
+        remove_tree(packagecache)  # no half-filled package cache is left for meson
+        raise
     return placed

@@ -3,6 +3,7 @@ placed as plain files) or an extracted archive; plus snapshots of arbitrary dire
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import zipfile
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import replace_dir, staging_dir
+from sglforge.base.fs import copy_tree_inside, replace_dir, staging_dir
 from sglforge.base.git import git, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
@@ -59,11 +60,31 @@ def _shared_work_tree(git_dir: Path, dest: Path) -> None:
         shutil.copyfile(git_dir / "shallow", dest / ".git" / "shallow")
 
 
+def _submodule_target(sub: Pin, pin: Pin, root: Path) -> Path:
+    """Where submodule `sub` goes in `root`, the tree of `pin`: through real directories only
+    (git itself never checks out through a link). A link on the way — `third_party` shipped
+    as a link out of the tree — would have the submodule's files written out there; `.git`
+    would put them among git's own files (hooks). Both are refused, naming the pins."""
+    assert sub.path is not None
+    target = root
+    for part in PurePosixPath(sub.path).parts:
+        if part == ".git":
+            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: inside "
+                                f"'.git' of '{pin.name}'")
+        target = target / part
+        if target.is_symlink():
+            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: "
+                                f"{target.relative_to(root)} is a symlink (to "
+                                f"{os.readlink(target)!r}) in '{pin.name}'; sglforge writes "
+                                "nothing into a tree through a link")
+    return target
+
+
 def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) -> list[str]:
     placed = []
     for sub in lock.submodules(pin.name):
-        target = root / sub.path
-        if target.is_symlink() or (target.exists() and any(target.iterdir())):
+        target = _submodule_target(sub, pin, root)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
             raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: not an "
                                 f"empty directory in '{pin.name}'")
         _checkout_files(cache.git_dir(sub.url), sub.commit, target)
@@ -135,15 +156,18 @@ def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
     """A git work tree at `dest` holding a copy of `source` under `prefix`, as one commit.
 
     For checking a series against a tree that is not a pinned commit (e.g. the python/ tree
-    of a release wheel). Symlinks are copied as links; nothing outside `source` is read.
+    of a release wheel). Symlinks are copied as links, and only those resolving inside
+    `source` (base/fs.copy_tree_inside); nothing outside `source` is read.
     """
     if not source.is_dir():
         raise SglforgeError(f"{source}: not a directory")
     target = dest / prefix if prefix else dest
     if PurePosixPath(prefix).is_absolute() or ".." in PurePosixPath(prefix).parts:
         raise SglforgeError(f"--against-prefix {prefix!r} must be a relative path")
-    shutil.copytree(source, target, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # the directory named on the command line may be a link; what is copied is the tree
+    copy_tree_inside(Path(os.path.realpath(source)), target, str(source),
+                     ignore=(".git", "__pycache__", "*.pyc"))
     git("init", "--quiet", "--", str(dest))
     git("add", "-A", cwd=dest)
     git("commit", "--quiet", "--no-verify", "-m", f"snapshot of {source}", cwd=dest,

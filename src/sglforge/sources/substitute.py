@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.base.errors import SglforgeError
-from sglforge.base.fs import replace_dir, staging_dir
+from sglforge.base.fs import copy_tree_inside, replace_dir, staging_dir
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.settings import Settings, Substitute
 from sglforge.sources.trees import directory_tree
@@ -97,7 +97,9 @@ def place_substitute(sub: Substitute, dest: Path, expected_tree: str | None = No
     _check_directory(sub)
     with staging_dir(dest) as staged:
         shutil.rmtree(staged)
-        shutil.copytree(sub.path, staged, symlinks=True)
+        # checked again while copying (a link out of the directory made since the check is
+        # refused, never followed); the configured path itself may be a link to the directory
+        copy_tree_inside(sub.path.resolve(), staged, f"{sub.origin}: substitute {sub.name}")
         tree = directory_tree(staged)
         if expected_tree is not None and tree != expected_tree:
             raise SglforgeError(f"{sub.origin}: {sub.path} changed during the build (tree "
