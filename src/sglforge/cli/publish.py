@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -43,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="channel definitions (default: <project>/channels.toml)")
     p.add_argument("--allowed-signers", type=Path, default=None, metavar="FILE",
                    help="verify the receipt's signature against this file instead of the "
-                        "channel's allowed-signers")
+                        "channel's allowed-signers (a signature is then required, whatever "
+                        "the channel says)")
     p.set_defaults(func=run_promote)
 
 
@@ -87,7 +89,10 @@ def run_promote(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     done = channels.promote(Path(args.dest), args.receipt, args.to,
                             channels.load_channels(path, project.root), path,
                             allowed_signers=args.allowed_signers)
-    signed = f"; signature by {done.signed_by!r} verified" if done.signed_by else ""
+    for warning in done.warnings:  # e.g. an unsigned receipt where none is required
+        print(f"promote: WARNING: {warning}", file=sys.stderr, flush=True)
+    signed = (f"; signature by {done.signed_by!r} verified" if done.signed_by else
+              "; receipt UNSIGNED" if not done.signed else "; signature NOT verified")
     print(f"promote: {args.receipt} -> {args.dest}/{done.channel}: "
           f"{len(done.published.added)} files added, {done.published.present} already there"
           f"{signed}; receipt kept as {done.receipt_copy}")

@@ -15,21 +15,27 @@ hashes to its wheel-set digest, its wheel list is that lock's pins, every pin ha
 the given directories whose sha256 the pin allows, and no wheel there is foreign to the
 receipt or carries other bytes than the pin allows (a tampered wheel). With allowed signers,
 the signature must verify too. `promote` (wheel/channels.py) builds on it.
+
+A receipt and its signature are each read once (`load_receipt`): the bytes the signature is
+verified over are the bytes parsed, judged and kept by promote; nothing reads the files again,
+so replacing them meanwhile changes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
-from sglforge.base.fs import atomic_write_text, sha256_file
+from sglforge.base.fs import atomic_write_text, read_capped, sha256_file
 from sglforge.base.requirements import PinnedRequirement, parse_pinned
 
 RECEIPT_NAME = "receipt.json"
@@ -37,6 +43,7 @@ KIND = "sglforge-qualification-receipt"
 SCHEMA = 1
 NAMESPACE = "sglforge-receipt"  # ssh-keygen -Y namespace: a receipt signature is for receipts
 MAX_RECEIPT_BYTES = 16 << 20
+MAX_SIGNATURE_BYTES = 64 << 10  # an SSHSIG armour is well under 1 KiB
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -148,7 +155,13 @@ class Receipt:
     path: Path
     data: dict[str, Any]
     pins: tuple[PinnedRequirement, ...]
-    signature: Path | None
+    signature: Path | None  # where the signature was read from (None: unsigned)
+    raw: bytes = b""  # the receipt's bytes, read once: what `data` was parsed from
+    signature_bytes: bytes | None = None  # the signature's bytes, read with them
+
+    @property
+    def signed(self) -> bool:
+        return self.signature_bytes is not None
 
     @property
     def digest(self) -> str:
@@ -164,13 +177,14 @@ def load_receipt(path: Path) -> Receipt:
     def bad(what: str) -> SglforgeError:
         return SglforgeError(f"{path}: {what}")
 
+    raw = read_capped(path, MAX_RECEIPT_BYTES, "receipt")  # the only read of the receipt
+    sig = path.with_name(path.name + ".sig")
+    signature = None
+    if os.path.lexists(sig):  # read now, with the receipt, never again
+        signature = read_capped(sig, MAX_SIGNATURE_BYTES, "receipt signature")
     try:
-        if path.stat().st_size > MAX_RECEIPT_BYTES:
-            raise bad(f"larger than {MAX_RECEIPT_BYTES >> 20} MiB")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise bad(f"cannot read ({exc.strerror or exc})") from None
-    except (ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise bad(f"invalid JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise bad(f"not a {KIND}")
@@ -203,9 +217,9 @@ def load_receipt(path: Path) -> Receipt:
     pinned = {(p.name, p.version, tuple(p.hashes)) for p in pins}
     if listed != pinned:
         raise bad("wheel_set.wheels is not the lock's pins (the receipt was edited)")
-    sig = path.with_name(path.name + ".sig")
     return Receipt(path=path, data=data, pins=tuple(pins),
-                   signature=sig if sig.is_file() else None)
+                   signature=sig if signature is not None else None, raw=raw,
+                   signature_bytes=signature)
 
 
 @dataclass
@@ -215,21 +229,50 @@ class Verified:
     signed_by: str | None = None
 
 
-def verify_signature(receipt: Receipt, allowed_signers: Path, identity: str) -> str:
-    if receipt.signature is None:
-        raise SglforgeError(f"{receipt.path}: not signed (no {receipt.path.name}.sig), and a "
-                            "signature is required")
+def check_allowed_signers(path: Path, what: str) -> None:
+    """`path` must be an ssh-keygen allowed_signers file holding at least one signer; `what`
+    says where it was named (for the message)."""
+    if not path.exists():
+        raise SglforgeError(
+            f"{what}: the allowed-signers file {path} does not exist, so no signature can be "
+            "verified: refused",
+            hint="the operator provides it (it is not committed): one line per trusted "
+                 "qualification key, `<identity> namespaces=\"sglforge-receipt\" <public key>` "
+                 "(ssh-keygen ALLOWED SIGNERS format), or pass --allowed-signers FILE")
+    text = read_capped(path, 1 << 20, "allowed-signers file").decode("utf-8", "replace")
+    if not any(line.strip() and not line.lstrip().startswith("#")
+               for line in text.splitlines()):
+        raise SglforgeError(f"{what}: the allowed-signers file {path} names no signer: refused",
+                            hint="add the qualification host's public key to it")
+
+
+def verify_signature(receipt: Receipt, allowed_signers: Path, identity: str,
+                     what: str = "a signature is required") -> str:
+    """Verify the receipt's signature over exactly `receipt.raw` (the bytes parsed), as read
+    by load_receipt: the files on disk are not read again. The signer's identity, or an
+    SglforgeError (unsigned: the message says "unsigned"; forged or changed: "does not
+    verify")."""
+    if receipt.signature_bytes is None:
+        raise SglforgeError(f"{receipt.path}: unsigned (no {receipt.path.name}.sig beside it), "
+                            f"and {what}: refused",
+                            hint="sign receipts on the qualification host: `sglforge smoke "
+                                 "--sign-key KEY` (ssh-keygen -Y sign)")
+    check_allowed_signers(allowed_signers, str(receipt.path))
     keygen = shutil.which("ssh-keygen")
     if keygen is None:
         raise SglforgeError("ssh-keygen not found: cannot verify the receipt's signature")
-    with open(receipt.path, "rb") as message:
+    with tempfile.TemporaryDirectory(prefix="sglforge-sig-") as tmp:
+        sig = Path(tmp) / "receipt.sig"
+        sig.write_bytes(receipt.signature_bytes)
         out = subprocess.run([keygen, "-Y", "verify", "-f", str(allowed_signers), "-I", identity,
-                              "-n", NAMESPACE, "-s", str(receipt.signature)], stdin=message,
-                             capture_output=True, text=True, check=False)
+                              "-n", NAMESPACE, "-s", str(sig)], input=receipt.raw,
+                             capture_output=True, check=False)
     if out.returncode != 0:
+        said = (out.stderr or out.stdout).decode("utf-8", "replace").strip()[:300]
         raise SglforgeError(f"{receipt.signature}: signature does not verify for {identity!r} "
-                            f"with {allowed_signers}: "
-                            f"{(out.stderr or out.stdout).strip()[:300]}")
+                            f"with {allowed_signers}: refused (made by a key that file does not "
+                            f"allow for {identity!r}, or the receipt changed after it was "
+                            f"signed): {said}")
     return identity
 
 

@@ -19,6 +19,15 @@ check passed) and has every check the channel requires, and is signed where a ke
 The target index stays append-only (wheel/index.py refuses other bytes under a published
 name); the receipt itself is kept beside it (`receipts/<sha256>.json`), so what made a wheel
 stable can be read back. Promotion works on local index directories.
+
+Signatures (issue 31 item 4). Where the channel has `require-signature = true`, or the caller
+names `--allowed-signers FILE`, the receipt must carry a signature that verifies against that
+file for the channel's `identity`: an unsigned receipt ("unsigned"), a signature by a key the
+file does not allow, a receipt changed after signing, and a missing or empty allowed-signers
+file are refused. Elsewhere an unsigned receipt is promoted with a warning that says so (and a
+signed one is still verified where the allowed-signers file exists). The receipt and its
+signature are read once: the bytes verified are the bytes judged and kept; the files are not
+read again (a file swapped meanwhile changes nothing).
 """
 
 from __future__ import annotations
@@ -108,6 +117,8 @@ class Promoted:
     published: index.Published
     receipt_copy: Path
     signed_by: str | None
+    warnings: tuple[str, ...] = ()  # e.g. the receipt is unsigned (where none is required)
+    signed: bool = False  # the receipt carried a signature (verified or not: signed_by)
 
 
 def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - smoke.receipt
@@ -157,18 +168,14 @@ def _local_only(wheel: Path) -> str | None:
 def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel],
             channels_path: Path, allowed_signers: Path | None = None) -> Promoted:
     from sglforge.base.fs import atomic_write_bytes, sha256_file
-    from sglforge.smoke.receipt import load_receipt, verify_signature
+    from sglforge.smoke.receipt import load_receipt
 
     channel = channel_named(channels, to, channels_path)
     if channel.promote_from is None:
         raise SglforgeError(f"channel {to!r} has no `from` in {channels_path}: it is written by "
                             "`publish --channel`, not promoted into")
-    receipt = load_receipt(receipt_path)
-    signed_by = None
-    signers = allowed_signers or channel.allowed_signers
-    if channel.require_signature:
-        assert signers is not None
-        signed_by = verify_signature(receipt, signers, channel.identity)
+    receipt = load_receipt(receipt_path)  # read once: these bytes are verified and kept
+    signed_by, warnings = _check_signature(receipt, channel, channels_path, allowed_signers)
     problems = judge_receipt(receipt, channel)
     if problems:
         raise ConfigErrors(f"{receipt_path}: not promoted to {to!r}", problems)
@@ -201,13 +208,39 @@ def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel
                                          source=path))
     if missing:
         raise ConfigErrors(f"{receipt_path}: not promoted to {to!r}", missing)
-    raw = receipt_path.read_bytes()
+    raw = receipt.raw  # the bytes verified and judged, not the file as it is now
     copy = target.root / RECEIPTS / f"{sha256(raw).hexdigest()}.json"
     with target.locked():
         published = index.write_index(target, files)  # copies with the sha256 checked
         if not copy.exists():
             atomic_write_bytes(copy, raw)
-            if receipt.signature is not None:
-                atomic_write_bytes(copy.with_name(copy.name + ".sig"),
-                                   receipt.signature.read_bytes())
-    return Promoted(channel=to, published=published, receipt_copy=copy, signed_by=signed_by)
+            if receipt.signature_bytes is not None:
+                atomic_write_bytes(copy.with_name(copy.name + ".sig"), receipt.signature_bytes)
+    return Promoted(channel=to, published=published, receipt_copy=copy, signed_by=signed_by,
+                    warnings=tuple(warnings), signed=receipt.signed)
+
+
+def _check_signature(receipt, channel: Channel, channels_path: Path,  # noqa: ANN001
+                     allowed_signers: Path | None) -> tuple[str | None, list[str]]:
+    """The verified signer (None: not verified) and the warnings to print."""
+    from sglforge.smoke.receipt import check_allowed_signers, verify_signature
+
+    signers = allowed_signers or channel.allowed_signers
+    required = channel.require_signature or allowed_signers is not None
+    if required:
+        assert signers is not None  # load_channels: require-signature needs allowed-signers
+        where = ("--allowed-signers" if allowed_signers is not None else
+                 f"[{channel.name}] allowed-signers in {channels_path}")
+        check_allowed_signers(signers, f"channel {channel.name!r} requires a signed receipt; "
+                                       f"{where}")
+        why = (f"channel {channel.name!r} requires a signature ({channels_path})"
+               if channel.require_signature else "--allowed-signers requires a signature")
+        return verify_signature(receipt, signers, channel.identity, why), []
+    if not receipt.signed:
+        return None, [f"{receipt.path} is unsigned: promoted to {channel.name!r} without any "
+                      f"signature, since {channels_path} does not set require-signature for "
+                      f"[{channel.name}]; nothing shows who made this receipt"]
+    if signers is not None and signers.exists():  # signed: a bad signature is still refused
+        return verify_signature(receipt, signers, channel.identity), []
+    return None, [f"{receipt.path} is signed, but its signature was not verified (no "
+                  f"allowed-signers for [{channel.name}]); pass --allowed-signers FILE"]
