@@ -88,7 +88,8 @@ def test_router_health_before_readiness_race(smoke_project: SmokeProject, instal
     if passes:
         assert result.returncode == 0, result.stdout + result.stderr
         assert generate["passed"]
-        assert float(router["detail"].split()[2]) >= 2.5  # waited for the registration
+        assert float(router["detail"].split()[1]) >= 2.5  # waited for the registration
+        assert report["readiness"]["router"]["/readiness"] >= 2.5  # from the router's launch
     else:
         # Waiting on /health starts the checks before any worker is registered.
         assert result.returncode == 1
@@ -264,16 +265,6 @@ def test_probe_output_parses_provenance_and_modules(tmp_path: Path) -> None:
 # tiny-model
 
 
-def test_tiny_model_names_what_it_needs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(tinymodel, "missing_requirements", lambda: ["torch", "tokenizers"])
-    with pytest.raises(SglforgeError) as info:
-        tinymodel.write_tiny_model(tmp_path / "m")
-    message = str(info.value)
-    assert "not importable here: torch, tokenizers" in message
-    assert "serving stack's interpreter" in message
-    assert not (tmp_path / "m").exists()
-
-
 def test_tiny_model_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Path) -> None:
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "weights.bin").write_text("x")
@@ -282,21 +273,3 @@ def test_tiny_model_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Pa
     with pytest.raises(SglforgeError, match="refusing to delete"):
         tinymodel._prepare(tmp_path / "precious", force=True)
     assert (tmp_path / "precious" / "weights.bin").exists()
-
-
-def test_tiny_model_training_text_covers_the_prompts() -> None:
-    text = "\n".join(tinymodel.training_text())
-    assert "The capital of France is" in text and "secret passphrase" in text
-    assert "def write_tiny_model" in text  # sglforge's own sources ship with it
-
-
-@pytest.mark.skipif(bool(tinymodel.missing_requirements()),
-                    reason="needs torch, transformers, tokenizers, safetensors")
-def test_tiny_model_writes_a_loadable_llama(tmp_path: Path) -> None:  # pragma: no cover
-    from transformers import AutoConfig, AutoTokenizer
-
-    summary = tinymodel.write_tiny_model(tmp_path / "m")
-    assert "vocab" in summary
-    assert AutoConfig.from_pretrained(tmp_path / "m").model_type == "llama"
-    assert AutoTokenizer.from_pretrained(tmp_path / "m")("The capital of France is").input_ids
-    assert (tmp_path / "m" / "model.safetensors").exists()

@@ -24,6 +24,10 @@ __all__ = ["group_members"]  # re-exported for the tests
 class ManagedProcess:
     command: LaunchCommand
     popen: subprocess.Popen
+    started: float = 0.0  # time.monotonic() just before the launch: readiness counts from it
+
+    def since_launch(self) -> float:
+        return time.monotonic() - self.started
 
     @property
     def role(self) -> str:
@@ -87,6 +91,7 @@ class ProcessSet:
         with open(command.log, "ab") as log:
             log.write(f"$ {command.shell()}\n".encode())
             log.flush()
+            started = time.monotonic()
             try:
                 popen = subprocess.Popen(
                     command.argv, stdout=log, stderr=subprocess.STDOUT,
@@ -95,7 +100,7 @@ class ProcessSet:
             except OSError as exc:
                 raise LaunchError(command.role, f"cannot start {command.role}: "
                                   f"{command.argv[0]}: {exc.strerror or exc}") from None
-        process = ManagedProcess(command, popen)
+        process = ManagedProcess(command, popen, started)
         self.processes.append(process)
         return process
 

@@ -8,7 +8,10 @@ the duration, and explicit limitations (the profile's own, plus those the run kn
 random model, an environment not bound to a lock, a failed or skipped check).
 
 `receipt.json` may be signed with an SSH key (`ssh-keygen -Y sign`, namespace
-`sglforge-receipt`, no network): `receipt.json.sig` beside it.
+`sglforge-receipt`, no network): `receipt.json.sig` beside it. Where no ssh-keygen is installed
+(the H200 image has none) an Ed25519 key signs through the `cryptography` library instead,
+writing the very same SSHSIG armour (PROTOCOL.sshsig: sha512, this namespace), so
+`ssh-keygen -Y verify` and `verify_signature` below read both alike.
 
 `verify_receipt` answers "does this receipt belong to exactly these wheels?": its lock text
 hashes to its wheel-set digest, its wheel list is that lock's pins, every pin has a wheel in
@@ -24,6 +27,7 @@ so replacing them meanwhile changes nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -115,11 +119,16 @@ def write_receipt(run_dir: Path, receipt: dict[str, Any],
 
 
 def sign(path: Path, key: Path) -> Path:
-    """`ssh-keygen -Y sign`: RECEIPT.sig beside it (no network, no agent needed)."""
+    """`ssh-keygen -Y sign`: RECEIPT.sig beside it (no network, no agent needed); without
+    ssh-keygen, the same signature made with `cryptography` (Ed25519 keys)."""
     keygen = shutil.which("ssh-keygen")
     if keygen is None:
-        raise SglforgeError("ssh-keygen not found: cannot sign the receipt",
-                            hint="install openssh-client, or run without --sign-key")
+        if importlib.util.find_spec("cryptography") is not None:
+            return sign_sshsig(path, key)
+        raise SglforgeError("ssh-keygen not found and the `cryptography` library is not "
+                            "importable: cannot sign the receipt",
+                            hint="install openssh-client or cryptography, or run without "
+                                 "--sign-key")
     out = subprocess.run([keygen, "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(path)],
                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     sig = path.with_name(path.name + ".sig")
@@ -127,6 +136,69 @@ def sign(path: Path, key: Path) -> Path:
         raise SglforgeError(f"signing {path} with {key} failed: "
                             f"{(out.stderr or out.stdout).strip()[:300]}")
     return sig
+
+
+SSHSIG_MAGIC = b"SSHSIG"
+SSHSIG_HASH = "sha512"  # ssh-keygen's default
+
+
+def _ssh_string(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def sign_sshsig(path: Path, key: Path) -> Path:
+    """`ssh-keygen -Y sign -n sglforge-receipt` without ssh-keygen: an OpenSSH Ed25519 private
+    key (unencrypted) signs through `cryptography`; RECEIPT.sig holds the SSHSIG armour
+    ssh-keygen writes (PROTOCOL.sshsig)."""
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        private = serialization.load_ssh_private_key(key.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SglforgeError(f"signing {path}: cannot read the OpenSSH private key {key}: "
+                            f"{exc}") from None
+    if not isinstance(private, Ed25519PrivateKey):
+        raise SglforgeError(f"signing {path} without ssh-keygen: {key} is not an Ed25519 key",
+                            hint="use an ed25519 key (ssh-keygen -t ed25519), or install "
+                                 "openssh-client")
+    public_line = private.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                    serialization.PublicFormat.OpenSSH)
+    public_blob = base64.b64decode(public_line.split()[1])
+    message = hashlib.new(SSHSIG_HASH, path.read_bytes()).digest()
+    namespace = NAMESPACE.encode()
+    signed = (SSHSIG_MAGIC + _ssh_string(namespace) + _ssh_string(b"")
+              + _ssh_string(SSHSIG_HASH.encode()) + _ssh_string(message))
+    signature = _ssh_string(b"ssh-ed25519") + _ssh_string(private.sign(signed))
+    blob = (SSHSIG_MAGIC + (1).to_bytes(4, "big") + _ssh_string(public_blob)
+            + _ssh_string(namespace) + _ssh_string(b"") + _ssh_string(SSHSIG_HASH.encode())
+            + _ssh_string(signature))
+    text = base64.b64encode(blob).decode()
+    lines = [text[i:i + 70] for i in range(0, len(text), 70)]  # ssh-keygen wraps at 70
+    sig = path.with_name(path.name + ".sig")
+    atomic_write_text(sig, "-----BEGIN SSH SIGNATURE-----\n" + "\n".join(lines)
+                      + "\n-----END SSH SIGNATURE-----\n")
+    return sig
+
+
+def write_ed25519_key(path: Path, comment: str = "sglforge") -> str:
+    """An unencrypted OpenSSH Ed25519 key pair made with `cryptography` (`ssh-keygen -t ed25519
+    -N ""` where ssh-keygen is missing): PATH and PATH.pub; returns the public key line."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.generate()
+    path.write_bytes(private.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.OpenSSH,
+                                           serialization.NoEncryption()))
+    path.chmod(0o600)
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                               serialization.PublicFormat.OpenSSH).decode()
+    line = f"{public} {comment}\n"
+    path.with_name(path.name + ".pub").write_text(line)
+    return line
 
 
 # -- reading and verifying -------------------------------------------------------------------

@@ -57,6 +57,12 @@ class SmokeReport:
     versions: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)  # --python: the probed env
     processes: list[dict[str, Any]] = field(default_factory=list)
+    # role -> endpoint -> seconds from that process's own launch until it answered 200
+    # (servers load in parallel; a wait measured from the previous server's readiness says
+    # nothing about the next one)
+    readiness: dict[str, dict[str, float]] = field(default_factory=dict)
+    # role -> what its processes mapped and logged while serving (smoke/loaded.py)
+    loaded: dict[str, Any] = field(default_factory=dict)
     teardown: dict[str, Any] = field(default_factory=dict)
     host: dict[str, str] = field(default_factory=lambda: {
         "hostname": platform.node(), "python": platform.python_version()})
@@ -98,6 +104,11 @@ class SmokeReport:
         lines += ["stages:"]
         lines += [f"  {'ok  ' if s.ok else 'FAIL'} {s.name:<16} {s.seconds:8.2f} s  {s.detail}"
                   for s in self.stages]
+        if self.readiness:
+            lines += ["", "ready (seconds from each process's own launch):"]
+            lines += [f"  {role:<10} " + "; ".join(f"{path} {seconds:.1f} s"
+                                                    for path, seconds in paths.items())
+                      for role, paths in self.readiness.items()]
         if self.checks:
             lines += ["", "checks:"]
             lines += [f"  {'pass' if c.passed else 'FAIL' if c.enforced else 'fail'} "
@@ -130,6 +141,13 @@ class SmokeReport:
             lines += ["", f"teardown: {self.teardown.get('signalled')}; survivors: "
                       f"{self.teardown.get('survivors') or 'none'}"]
         return "\n".join(lines) + "\n"
+
+    def ready(self, role: str, path: str, since_launch: float) -> float:
+        """Record that `role` first answered 200 on `path` `since_launch` seconds after its
+        own launch; returns the rounded figure."""
+        seconds = round(since_launch, 3)
+        self.readiness.setdefault(role, {})[path] = seconds
+        return seconds
 
     def write(self, run_dir: Path) -> tuple[Path, Path]:
         report = run_dir / REPORT_NAME

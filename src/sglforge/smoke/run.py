@@ -21,7 +21,7 @@ from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: lik
     signals_as_exceptions,
 )
 from sglforge.base.steps import StepRecord, Steps
-from sglforge.smoke import doctor, equivalence, qualify
+from sglforge.smoke import doctor, equivalence, loaded, qualify
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.environment import probe_environment
@@ -35,7 +35,7 @@ from sglforge.smoke.install import (
 )
 from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet
 from sglforge.smoke.profile import SmokeProfile
-from sglforge.smoke.readiness import NotReady, wait_ready
+from sglforge.smoke.readiness import NotReady, wait_all_ready, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
 from sglforge.smoke.wheelset import WheelSet, load_wheelset
 
@@ -317,14 +317,15 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                          "env": command.env, "log": str(command.log)})
             _write_processes(opts.run_dir, report)
             detail.append(", ".join(f"{p['role']} pid {p['pid']}" for p in report.processes))
-        # Both servers load at the same time, so they share one deadline per endpoint.
+        # The servers load at the same time: polled at once, one deadline per endpoint, each
+        # one's readiness counted from its own launch.
         for endpoint, seconds in (("/health", timeouts.health),
                                   ("/health_generate", timeouts.health_generate)):
             with steps.step(endpoint.lstrip("/")) as detail:
-                deadline = time.monotonic() + seconds
-                for process in list(processes.processes):
-                    waited = wait_ready(processes, process, endpoint, seconds, deadline=deadline)
-                    detail.append(f"{process.role} ready at {waited:.1f} s")
+                ready = wait_all_ready(processes, list(processes.processes), endpoint, seconds)
+                for role, since in ready.items():
+                    report.ready(role, endpoint, since)
+                    detail.append(f"{role} ready {since:.1f} s after its launch")
         with steps.step("router") as detail:
             steps.say(f"starting {plan.router.summary}")
             router = processes.start(plan.router)
@@ -333,8 +334,9 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                                      "env": plan.router.env, "log": str(plan.router.log)})
             _write_processes(opts.run_dir, report)
             # Not /health: the router answers it before any worker is registered.
-            waited = wait_ready(processes, router, profile.router.ready_path, timeouts.router)
-            detail.append(f"ready after {waited:.1f} s")
+            wait_ready(processes, router, profile.router.ready_path, timeouts.router)
+            since = report.ready("router", profile.router.ready_path, router.since_launch())
+            detail.append(f"ready {since:.1f} s after its launch")
         ctx = CheckContext(router_url=plan.router.url, spec=profile.checks,
                            timeout=timeouts.request, equivalence=profile.equivalence,
                            colocated_url=plan.colocated.url if plan.colocated else None)
@@ -365,6 +367,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
             failed = [c.name for c in report.checks if not c.passed and c.enforced]
             detail.append(f"{len(report.checks) - len(failed)} passed"
                           + (f", failed: {', '.join(failed)}" if failed else ""))
+        _record_loaded(processes, report)  # while the servers still run
         if pair_answers is not None:
             result = _equivalence_after_pair(opts, plan, processes, report, steps, pair_answers)
             report.checks.append(result)
@@ -414,14 +417,33 @@ def _equivalence_after_pair(opts: SmokeOptions, plan: LaunchPlan, processes: Pro
         _write_processes(opts.run_dir, report)
         for endpoint, seconds in (("/health", timeouts.health),
                                   ("/health_generate", timeouts.health_generate)):
-            waited = wait_ready(processes, process, endpoint, seconds)
-            detail.append(f"{endpoint} after {waited:.1f} s")
+            wait_ready(processes, process, endpoint, seconds)
+            since = report.ready("colocated", endpoint, process.since_launch())
+            detail.append(f"{endpoint} {since:.1f} s after its launch")
         start = time.monotonic()
         answers = equivalence.collect(plan.colocated.url, profile.equivalence, timeouts.request)
         result = equivalence.compare(pair_answers, answers, profile.equivalence)
         result.seconds = round(time.monotonic() - start, 4)
+        _record_loaded(processes, report)
         steps.say(f"check equivalence: {'pass' if result.passed else 'FAIL'} — {result.detail}")
     return result
+
+
+JIT_CACHE_ENV = {"deep_gemm": "DG_JIT_CACHE_DIR"}  # what a server JIT-compiled, where
+
+
+def _record_loaded(processes: ProcessSet, report: SmokeReport) -> None:
+    """Each running server's mapped stack libraries and transfer log lines (smoke/loaded.py):
+    evidence for the report, never a reason to fail."""
+    for process in processes.processes:
+        if process.role == "router" or process.exit_status() is not None:
+            continue
+        jit = {name: Path(process.command.env[var]) for name, var in JIT_CACHE_ENV.items()
+               if process.command.env.get(var)}
+        try:
+            report.loaded[process.role] = loaded.evidence(process, jit)
+        except OSError as exc:
+            report.loaded[process.role] = {"error": str(exc)}
 
 
 def _stack_check(opts: SmokeOptions, steps: _Stages, detail: list[str]) -> None:
