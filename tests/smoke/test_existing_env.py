@@ -273,3 +273,22 @@ def test_tiny_model_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Pa
     with pytest.raises(SglforgeError, match="refusing to delete"):
         tinymodel._prepare(tmp_path / "precious", force=True)
     assert (tmp_path / "precious" / "weights.bin").exists()
+
+
+def test_probe_finds_the_ucx_plugin_in_meson_pythons_hidden_libs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sglforge's nixl-cu13 (meson-python) keeps libplugin_UCX.so in a hidden
+    `.nixl_cu13.mesonpy.libs/plugins/`: the H200 run of record warned 'no libplugin_UCX*.so
+    beside the package' although the servers loaded it from there (issue 37)."""
+    from sglforge.smoke.environment import probe_environment
+
+    site = tmp_path / "site"
+    (site / "nixl_cu13").mkdir(parents=True)
+    (site / "nixl_cu13" / "__init__.py").write_text("")
+    plugins = site / ".nixl_cu13.mesonpy.libs" / "plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "libplugin_UCX.so").write_bytes(b"")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    stack = probe_environment(Path(sys.executable))
+    assert stack.nixl_module == "nixl_cu13"
+    assert stack.nixl_plugins == (str(plugins / "libplugin_UCX.so"),)

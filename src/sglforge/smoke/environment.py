@@ -68,8 +68,10 @@ for module in ("torch", "nixl_cu13", "nixl_cu12", "nixl", "sglang", "sglang_rout
     info = {"path": where}
     if module.startswith("nixl"):
         parent = os.path.dirname(where)
-        plugins = sorted(set(glob.glob(os.path.join(parent, "*nixl*", "**", "libplugin_*.so*"),
-                                       recursive=True)))
+        # meson-python keeps the plugins in a hidden `.nixl_cu13.mesonpy.libs/plugins/`
+        # (sglforge's nixl-cu13), which a plain `*nixl*` glob skips
+        plugins = sorted({p for pattern in ("*nixl*", ".*nixl*") for p in glob.glob(
+            os.path.join(parent, pattern, "**", "libplugin_*.so*"), recursive=True)})
         info["plugins"] = plugins
     out["modules"][module] = info
 print(json.dumps(out))

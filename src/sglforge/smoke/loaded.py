@@ -62,7 +62,8 @@ def log_lines(log: Path, skip: int = 0) -> list[str]:
         lines = log.read_text(errors="replace").splitlines()[skip:]
     except OSError:
         return []
-    picked = [line[:MAX_LINE] for line in lines if LOG_LINE.search(line)]
+    picked = [line[:MAX_LINE] for line in lines
+              if LOG_LINE.search(line) and "server_args=" not in line]  # not the argument dump
     return picked[:MAX_LOG_LINES]
 
 
