@@ -43,18 +43,6 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _tmp_path_searchable_by_the_build_user(request):  # noqa: ANN001, ANN202
-    """As root, builds run as an unprivileged build user (build/builduser.py), which must be
-    able to reach the build root: pytest makes tmp_path and its parents 0700."""
-    if os.geteuid() == 0 and "tmp_path" in request.fixturenames:
-        path = request.getfixturevalue("tmp_path")
-        for directory in [path, *path.parents]:
-            mode = directory.stat().st_mode
-            if not mode & 0o001:
-                directory.chmod(mode | 0o001)
-
-
 @pytest.fixture
 def world(tmp_path):  # noqa: ANN001, ANN201
     return World(tmp_path)

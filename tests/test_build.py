@@ -247,7 +247,7 @@ def test_opt_in_recipe_is_skipped_by_a_default_build_and_built_when_named(tmp_pa
             "nvcc here; runtime JIT): only when named, `build -- usespy`") in plan.stdout
     preflight = project.run("preflight", "--no-fetch", "build")
     assert preflight.returncode == 0, preflight.stderr
-    assert "(recipes purepy; opt-in, not built: usespy)" in preflight.stdout
+    assert "(recipes purepy; opt-in, not built: usespy; sandbox bubblewrap " in preflight.stdout
     default = project.run("build")
     assert default.returncode == 0, default.stderr  # the stack check does not demand it
     assert "1 wheel(s) in order: purepy" in default.stdout

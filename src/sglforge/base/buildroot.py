@@ -4,6 +4,9 @@
     <root>/deps/<name>              exported FetchContent sources
     <root>/work/<recipe>/           per-wheel scratch: dist/, build/, site/
     <root>/tools/bin/               wrappers first on a build's PATH (nvcc)
+    <root>/tools/ccache.conf        the only ccache configuration a build reads
+    <root>/sandbox/<recipe>/        one build step's private HOME and TMP (build/sandbox.py),
+        home/ tmp/                  seen by the build at <root>/home, <root>/tmp and /tmp
     <root>/home, <root>/tmp         HOME and TMPDIR of builds
     <root>/logs/<wheel>.log         one log per wheel
     <root>/out/                     staged wheels of a run (nothing partial reaches wheels/)
@@ -41,8 +44,17 @@ class BuildRoot:
         return self.path / "work" / recipe
 
     @property
+    def tools_dir(self) -> Path:
+        """Wrappers, the CUDA gap dir and the ccache config: read-only inside a build."""
+        return self.path / "tools"
+
+    @property
     def tools_bin(self) -> Path:
-        return self.path / "tools" / "bin"
+        return self.tools_dir / "bin"
+
+    def sandbox(self, recipe: str) -> Path:
+        """Host side of one build step's private HOME and TMP (emptied for every step)."""
+        return self.path / "sandbox" / recipe
 
     @property
     def home(self) -> Path:

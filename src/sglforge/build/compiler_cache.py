@@ -172,8 +172,9 @@ def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCa
 
 def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
                    isolated: bool) -> None:
-    """sccache cannot wrap nvcc, nor run inside the build's network namespace (module
-    docstring): stop before any work, naming the recipes and why."""
+    """sccache cannot wrap nvcc, nor run inside a bare `unshare -n` network namespace (the
+    --unsafe-no-sandbox builds' one; the sandbox's has loopback up): stop before any work,
+    naming the recipes and why."""
     names = sorted(cuda_recipes)
     if cache is None or cache.kind != "sccache":
         return
@@ -187,7 +188,8 @@ def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
         raise SglforgeError(
             "--compiler-cache sccache cannot run inside the build's network namespace: its "
             "client reaches its server over 127.0.0.1, which is down there ('sccache: error: "
-            "Network is unreachable', 0.16.0)", hint="use --compiler-cache ccache")
+            "Network is unreachable', 0.16.0)", hint="use --compiler-cache ccache, or build "
+            "in the sandbox (without --unsafe-no-sandbox: its loopback is up)")
 
 
 def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
@@ -264,10 +266,31 @@ def tool_dir(cache: CompilerCache | None, cache_dir: Path, configured: Path | No
     return configured or cache_dir / (cache.kind if cache else "ccache")
 
 
+CONFIG_TEXT = ("# written by sglforge (build/compiler_cache.py) before every build: the only\n"
+               "# ccache configuration a build reads (CCACHE_CONFIGPATH); every setting is\n"
+               "# in the build's environment. A ccache.conf in the cache directory or HOME,\n"
+               "# which a build could have written, is never read.\n")
+
+
+def write_config(tools_dir: Path) -> Path:
+    """The ccache config file builds read (read-only inside the sandbox)."""
+    tools_dir.mkdir(parents=True, exist_ok=True)
+    path = tools_dir / "ccache.conf"
+    path.write_text(CONFIG_TEXT)
+    return path
+
+
 def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
-              stats_log: Path | None, storage: str | None) -> tuple[dict[str, str], list[str]]:
+              stats_log: Path | None, storage: str | None, config: Path | None = None,
+              tmp: Path | None = None) -> tuple[dict[str, str], list[str]]:
     """Env and CMake -D options for the cache, whose files live in `tool_dir`. `storage` is
-    the CCACHE_REMOTE_STORAGE value (from `plan_remote`, socket filled in) or None."""
+    the CCACHE_REMOTE_STORAGE value (from `plan_remote`, socket filled in) or None.
+
+    `config`: the only ccache.conf read (CCACHE_CONFIGPATH; ccache otherwise reads
+    `<tool_dir>/ccache.conf`, where a build's `prefix_command` would run in the next build).
+    A read-only cache is read-only locally too (CCACHE_READONLY; the sandbox mounts the
+    directory read-only), with temporary files in the build's `tmp`; with a remote it reads
+    only the remote (CCACHE_REMOTE_ONLY)."""
     if cache is None:
         return {}, []
     binary = shutil.which(cache.kind)
@@ -275,14 +298,24 @@ def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
         raise SglforgeError(f"--compiler-cache {cache.kind}: '{cache.kind}' is not on PATH")
     defines = [f"-DCMAKE_C_COMPILER_LAUNCHER={binary}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={binary}"]
     if cache.kind == "sccache":
-        # host compiles only: the nvcc wrapper never launches sccache (module docstring)
-        return {"SCCACHE_DIR": str(tool_dir)}, defines
+        # host compiles only: the nvcc wrapper never launches sccache (module docstring);
+        # its config file is sglforge's too (an empty one), never one from the build's HOME
+        return ({"SCCACHE_DIR": str(tool_dir), "SCCACHE_CONF": str(config)} if config
+                else {"SCCACHE_DIR": str(tool_dir)}), defines
     # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so ccache's
     # default mtime check would never hit after a clean build root; their content names the
     # real compiler's path, size and mtime, so hashing content stays safe.
     env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(tool_dir),
            "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
            "CCACHE_NAMESPACE": ns}
+    if config is not None:
+        env["CCACHE_CONFIGPATH"] = str(config)
+    if tmp is not None:
+        env["CCACHE_TEMPDIR"] = str(tmp)
+    if cache.read_only:
+        env["CCACHE_READONLY"] = "1"
+        if storage is not None:  # a remote hit would be copied into the (read-only) local
+            env["CCACHE_REMOTE_ONLY"] = "1"  # directory: ccache 4.7.5 then fails the compile
     if stats_log is not None:
         env["CCACHE_STATSLOG"] = str(stats_log)
     if storage is not None:

@@ -2,9 +2,10 @@
 
 - Fixed absolute build root; HOME and TMPDIR inside it; LANG/TZ fixed; PYTHONHASHSEED=0.
 - SOURCE_DATE_EPOCH = the pinned commit's time.
-- No network: the build runs in a fresh network namespace (`unshare -n`, or `unshare -rn`
-  when not root) where available, and always with proxies pointing at a closed port,
-  PIP_NO_INDEX=1 and FETCHCONTENT_FULLY_DISCONNECTED=ON, so a download attempt fails loudly.
+- No network: the build runs in the sandbox's network namespace (build/sandbox.py; with
+  --unsafe-no-sandbox, `unshare -n`/`unshare -rn` where available), and always with proxies
+  pointing at a closed port, PIP_NO_INDEX=1 and FETCHCONTENT_FULLY_DISCONNECTED=ON, so a
+  download attempt fails loudly.
 - An `nvcc` wrapper first on PATH (also CUDACXX, PYTORCH_NVCC, FLASHINFER_NVCC) adds, per
   compiled file, `-objtemp` and `-frandom-seed=<hash of source and output paths relative to
   the build root>`, plus `-Xcompiler -ffile-prefix-map=...` for the build root and the build
@@ -115,7 +116,8 @@ def write_nvcc_wrapper(tools_bin: Path) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def network_isolation() -> list[str]:
-    """Command prefix that runs a command without network, or [] where not possible."""
+    """Command prefix that runs a command without network, or [] where not possible (only
+    for --unsafe-no-sandbox builds; the sandbox has a network namespace of its own)."""
     unshare = shutil.which("unshare")
     if unshare is None:
         return []

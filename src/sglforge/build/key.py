@@ -80,7 +80,8 @@ def remote_key(content_key: str, abi: str | None = None) -> str:
 def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
                 tool: ToolchainFingerprint, build_root: Path,
                 dep_keys: dict[str, str], target: str | None = None,
-                substituted: dict[str, str] | None = None) -> BuildKey:
+                substituted: dict[str, str] | None = None,
+                unsandboxed: bool = False) -> BuildKey:
     requires = {canonical_name(r) for r in recipe.build_requires}
     toolchain = tool.as_dict()
     toolchain["build_requires"] = {k: v for k, v in toolchain["build_requires"].items()
@@ -102,5 +103,7 @@ def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
     }
     if target is not None:  # the product's keys stay as they were; a target's differ
         inputs["target"] = target
+    if unsandboxed:  # --unsafe-no-sandbox (build/sandbox.py): never a sandboxed build's key
+        inputs["unsandboxed"] = True
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return BuildKey(hashlib.sha256(blob).hexdigest())

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -46,8 +47,7 @@ from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
-from sglforge.build import compiler_cache, environment, prefixmap
-from sglforge.build.builduser import BuildUser, build_user
+from sglforge.build import compiler_cache, environment, prefixmap, sandbox
 from sglforge.build.cacheproxy import CacheProxy
 from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
 from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
@@ -99,6 +99,7 @@ from sglforge.wheel.provenance import Provenance
 from sglforge.wheel.provenance import read as read_provenance
 
 LOG_TAIL_LINES = 40
+NETBRIDGE = Path(environment.__file__).with_name("netbridge.py")  # run by path, in the sandbox
 StepFunction = Callable[["_Context", "_WheelJob"], None]
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when a build is interrupted
 
@@ -118,6 +119,7 @@ class BuildOptions:
     dev: bool = False  # incremental build of the one named recipe (build/devtree.py)
     publish_dev: bool = False  # dev wheels into wheels/ and the lock (else <root>/dev-wheels)
     target: str | None = None  # targets/<name>.toml (None: the product); wheels/targets/<name>
+    sandbox: bool = True  # False: --unsafe-no-sandbox (printed, in provenance and key)
 
 
 @dataclass(frozen=True)
@@ -413,6 +415,7 @@ class _Context:
     report: BuildReport
     cuobjdump: Path | None = None
     libraries: audit.LibraryWorld | None = None
+    sandbox: sandbox.Bubblewrap | None = None  # None: --unsafe-no-sandbox
     remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
     substituted: dict[str, dict[str, str]] = field(default_factory=dict)  # BuildInputs'
 
@@ -490,6 +493,7 @@ def _provenance(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKe
         target=ctx.options.target,
         substitutes=provenance_records(ctx.lock, ctx.settings,
                                        ctx.substituted.get(recipe.name, {})),
+        unsandboxed=sandbox.UNSAFE_FLAG if ctx.sandbox is None else None,
     )
 
 
@@ -516,15 +520,13 @@ def _prepare(ctx: _Context, job: _WheelJob) -> None:
 
 @dataclass(frozen=True)
 class _Invocation:
-    cmd: list[str]  # the frontend command (without the prefixes below)
-    isolation: list[str]  # network namespace, HTTP bridge, drop to the build user
+    cmd: list[str]  # the frontend command, as the log and an error show it
+    wrapped: list[str]  # what runs: the command in its sandbox (build/sandbox.py)
     env: dict[str, str]
     dist: Path  # where the backend writes the wheel
     log: Path
     stats_log: Path | None = None  # ccache's CCACHE_STATSLOG of this build
     proxy: CacheProxy | None = None  # the remote cache's proxy, started around the compile
-    user: BuildUser | None = None  # root: the build runs as this unprivileged user
-    owned: tuple[Path, ...] = ()  # what the build user owns while it runs (given back after)
 
 
 def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
@@ -567,29 +569,29 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
               + (f" ({', '.join(x for x in linked if x.startswith('lib/'))})" if linked else ""),
               flush=True)
     env.update(plan.env())
-    isolation = environment.network_isolation()
     cache = ctx.options.compiler_cache
     stats_log = work / "ccache-stats.log" if cache and cache.kind == "ccache" else None
-    # the build writes these (and the compiler cache's directory); it must reach the rest
-    owned = (root.src(recipe.upstream), work, root.home, root.tmp)
     cache_tool_dir = compiler_cache.tool_dir(cache, ctx.settings.cache_dir,
                                              ctx.settings.compiler_cache.dir)
-    wheelhouse = [ctx.options.wheelhouse / "x"] if ctx.options.wheelhouse else []
-    user = build_user([*owned, cache_tool_dir, *wheelhouse])
+    if cache is not None:
+        cache_tool_dir.mkdir(parents=True, exist_ok=True)
     proxy, storage, bridge = None, None, []
     if cache and cache.kind == "ccache" and cache.remote:
         # the build's ccache talks to sglforge's proxy, which holds the credentials and
         # enforces read-only (build/cacheproxy.py); no credential enters `env`
         remote = compiler_cache.plan_remote(cache.remote)
+        # a connection per compile job at most, with room for the bridge's own
         proxy = CacheProxy(remote.upstream, read_only=cache.read_only,
-                           owner=user.uid if user else None)
+                           max_clients=max(64, 2 * plan.jobs))
         storage = remote.storage.replace("{socket}", str(proxy.path))
         if remote.bridge_port is not None:
-            bridge = [sys.executable, "-I", str(Path(environment.__file__).with_name(
-                "netbridge.py")), str(remote.bridge_port), str(proxy.path), "--"]
+            bridge = [sys.executable, "-I", str(NETBRIDGE), str(remote.bridge_port),
+                      str(proxy.path), "--"]
     ns = compiler_cache.namespace(ctx.tool.nvcc, ctx.tool.compiler, ctx.tool.platform)
+    cache_config = compiler_cache.write_config(root.tools_dir) if cache else None
     cache_env, cache_defines = compiler_cache.cache_env(
-        cache, cache_tool_dir, ns=ns, stats_log=stats_log, storage=storage)
+        cache, cache_tool_dir, ns=ns, stats_log=stats_log, storage=storage,
+        config=cache_config, tmp=root.tmp)
     env.update(cache_env)
     cmake_args = [f"-D{k}={_render(v, values)}" for k, v in sorted(recipe.cmake_defines.items())]
     for name, path in sorted(prepared.fetchcontent.items()):
@@ -612,22 +614,38 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
                            dev=job.dev is not None)
     log = root.log(recipe.name)
     log.parent.mkdir(parents=True, exist_ok=True)
+    # the build writes its tree and work dir, and a compiler cache only when writable
+    writable_cache = [cache_tool_dir] if cache and not cache.read_only else []
+    inputs = [*prepared.fetchcontent.values(), *([proxy.dir] if proxy else []),
+              *([NETBRIDGE] if bridge else []),
+              *([cache_tool_dir] if cache and cache.read_only else [])]
+    wrapped, described = _sandboxed(ctx, recipe, [*bridge, *cmd], prepared.source_dir,
+                                    [root.src(recipe.upstream), work, *writable_cache], inputs)
     with open(log, "wb") as handle:
         handle.write(f"# sglforge build log: {recipe.name} (key {job.key.value})\n".encode())
-        handle.write(f"# network isolation: {shlex.join(isolation) or 'proxies only'}\n".encode())
-        handle.write(f"# build user: {user.name if user else 'the caller'}\n".encode())
+        handle.write(f"# sandbox: {described}\n".encode())
         handle.write(compiler_cache.mask_env_lines(env).encode())  # defence in depth
-    if user is not None and user.caps_only:
-        _warn_once(f"builds run as {user.name}")
-    if user is not None and cache is not None:
-        cache_tool_dir.mkdir(parents=True, exist_ok=True)
-        if cache_tool_dir.stat().st_uid != user.uid:
-            user.hand_over([cache_tool_dir])
-    # the bridge brings loopback up inside the namespace (needs root there); the build
-    # itself runs as the build user (build/builduser.py)
-    drop = user.prefix() if user is not None else []
-    return _Invocation(cmd, [*isolation, *bridge, *drop], env, dist, log, stats_log, proxy,
-                       user, owned)
+    return _Invocation(cmd, wrapped, env, dist, log, stats_log, proxy)
+
+
+def _sandboxed(ctx: _Context, recipe: Recipe, cmd: list[str], cwd: Path,
+               writable: list[Path], inputs: list[Path]) -> tuple[list[str], str]:
+    """`cmd` in the build sandbox (build/sandbox.py) and how the log describes it: writable
+    only `writable` and a private HOME/TMP; read-only the system, the interpreter, CUDA, the
+    tools dir, a wheelhouse and `inputs`. With --unsafe-no-sandbox: as the caller, in a
+    network namespace where one can be made."""
+    root = ctx.root
+    if ctx.sandbox is None:
+        prefix = environment.network_isolation()
+        return [*prefix, *cmd], (f"NONE ({sandbox.UNSAFE_FLAG}): the build runs as the caller, "
+                                 f"network isolation: {shlex.join(prefix) or 'proxies only'}")
+    readable = [root.tools_dir, *inputs,
+                *([ctx.options.wheelhouse] if ctx.options.wheelhouse else []),
+                *([ctx.cuda.home] if ctx.cuda else [])]
+    mounts = sandbox.Mounts(cwd=cwd, writable=tuple(writable), readable=tuple(readable),
+                            private=root.sandbox(recipe.name), home=root.home, tmp=root.tmp,
+                            secrets=secret_files(ctx.settings))
+    return ctx.sandbox.wrap(mounts, cmd), ctx.sandbox.describe()
 
 
 def _compile(ctx: _Context, job: _WheelJob) -> None:
@@ -635,18 +653,14 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
     assert prepared is not None
     run = _configure(ctx, job)
     try:
-        if run.user is not None:
-            run.user.hand_over(run.owned)
         if run.proxy is not None:
             run.proxy.start()
-        rc = run_logged([*run.isolation, *run.cmd], env=run.env, cwd=prepared.source_dir,
-                        log=run.log, label=recipe.name, interval=ctx.options.progress_interval)
+        rc = run_logged(run.wrapped, env=run.env, cwd=prepared.source_dir, log=run.log,
+                        label=recipe.name, interval=ctx.options.progress_interval)
     finally:
         if run.proxy is not None:
             run.proxy.close()
-            _log_refusals(run.log, run.proxy.refused)
-        if run.user is not None:
-            run.user.take_back(run.owned[:2])  # tree and work dir: sglforge runs git there
+            _log_refusals(run.log, run.proxy.refused, run.proxy.refusals)
     if run.stats_log is not None:
         cache = ctx.options.compiler_cache
         job.cache_stats = compiler_cache.CacheStats.read(
@@ -670,12 +684,15 @@ def _warn_once(message: str) -> None:
     print(f"    warning: {message}", flush=True)
 
 
-def _log_refusals(log: Path, refused: list[str]) -> None:
-    """What the cache proxy refused, at the end of the build's log (its own words only)."""
+def _log_refusals(log: Path, refused: list[str], total: int) -> None:
+    """What the cache proxy refused, at the end of the build's log (its own words only; the
+    first 50, and how many there were in all)."""
     if refused:
         with open(log, "ab") as handle:
             handle.write("".join(f"# sglforge cache proxy refused: {line}\n"
                                  for line in refused[:50]).encode())
+            if total > 50:
+                handle.write(f"# sglforge cache proxy refused {total} in all\n".encode())
 
 
 def _postprocess(ctx: _Context, job: _WheelJob) -> None:
@@ -852,16 +869,19 @@ class BuildInputs:
     # recipe -> {pin name -> tree id} of the [substitutes] in its upstream's closure
     substituted: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def keys(self, build_root: Path) -> dict[str, BuildKey]:
+    def keys(self, build_root: Path, unsandboxed: bool = False) -> dict[str, BuildKey]:
         """The content key of every selected recipe, dependencies first (each key holds its
-        dependencies' keys, so all are known before anything is built)."""
+        dependencies' keys, so all are known before anything is built). `unsandboxed`
+        (--unsafe-no-sandbox): every key differs, so such a wheel never answers a sandboxed
+        build's cache lookup."""
         keys: dict[str, BuildKey] = {}
         for name in self.order:
             recipe = self.recipes[name]
             keys[name] = compute_key(recipe, self.lock, self.series[name], self.tool,
                                      build_root, {d: keys[d].value for d in recipe.depends},
                                      target=self.target.name if self.target else None,
-                                     substituted=self.substituted.get(name))
+                                     substituted=self.substituted.get(name),
+                                     unsandboxed=unsandboxed)
         return keys
 
 
@@ -898,6 +918,31 @@ def load_inputs(project: Project, settings: Settings,
                        substituted)
 
 
+def build_sandbox(options: BuildOptions) -> sandbox.Bubblewrap | None:
+    """The sandbox builds run in (build/sandbox.py); None only with --unsafe-no-sandbox,
+    which is said here and recorded in each wheel built. No sandbox: SandboxUnavailable."""
+    if not options.sandbox:
+        print(f"WARNING: {sandbox.UNSAFE_FLAG}: upstream build code runs WITHOUT a sandbox, "
+              "as you, with your files and your network namespace's neighbours in reach; "
+              "each wheel built records this in its provenance and content key", flush=True)
+        return None
+    box = sandbox.find()
+    print(f"sandbox: {box.describe()}", flush=True)
+    return box
+
+
+def secret_files(settings: Settings) -> tuple[Path, ...]:
+    """Files a build must never see even inside a bound directory: sglforge's config file
+    and the netrc/credential files of the caller (build/sandbox.py masks them)."""
+    home = Path.home()
+    found = [settings.config_path] if settings.config_path else []
+    found += [home / ".netrc", home / "_netrc", home / ".git-credentials",
+              home / ".pypirc", home / ".docker" / "config.json"]
+    if os.environ.get("NETRC"):
+        found.append(Path(os.environ["NETRC"]))
+    return tuple(found)
+
+
 def run_build(project: Project, settings: Settings, options: BuildOptions) -> BuildReport:
     cache = options.compiler_cache
     report = BuildReport(compiler_cache=cache.describe() if cache else None)
@@ -912,14 +957,17 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         compiler_cache.refuse_sccache(options.compiler_cache,
                                       [n for n in order if recipes[n].cuda_archs],
                                       isolated=(cache is not None and cache.kind == "sccache"
+                                                and not options.sandbox
                                                 and bool(environment.network_isolation())))
         dev_name = check_dev_names(options.names) if options.dev else None
+
+        box = build_sandbox(options)
 
     machine = Machine.detect(settings.mem_available, settings.origin("mem-available"))
     root = BuildRoot(settings.build_root)
     ctx = _Context(project, settings, root, options, lock, toolchain, cuda, tool, machine,
                    report, remote=remote_tier(settings, options),
-                   substituted=inputs.substituted)
+                   substituted=inputs.substituted, sandbox=box)
     root.path.mkdir(parents=True, exist_ok=True)
     # a target's wheels never replace the product's wheels/ and lockfiles/wheels.lock
     publish = options.out_dir is None and (dev_name is None or options.publish_dev) \
@@ -933,7 +981,7 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         staging = root.staging
         remove_tree(staging)
         staging.mkdir(parents=True)
-        keys = inputs.keys(root.path)
+        keys = inputs.keys(root.path, unsandboxed=not options.sandbox)
         built: dict[str, BuiltWheel] = {}
         cache = WheelCache(settings.cache_dir)
         print(f"build root {root.path}; {len(order)} wheel(s) in order: {', '.join(order)}")

@@ -57,6 +57,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", metavar="NAME",
                    help="build the same pins and series for targets/NAME.toml (e.g. "
                         "h200-verify: sm_90a); wheels go to wheels/targets/NAME/")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run upstream build code WITHOUT the bubblewrap sandbox, as you, "
+                        "with your files in reach: only for code you trust, on a host where "
+                        "no sandbox can be made (printed; recorded in each wheel's provenance "
+                        "and content key)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,7 +145,8 @@ def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
 
     # --jobs and --mem-per-job are validated by argparse (jobs_arg, mem_per_job_arg).
     return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=args.mem_per_job,
-                        wheelhouse=args.wheelhouse, target=args.target, **extra)
+                        wheelhouse=args.wheelhouse, target=args.target,
+                        sandbox=not args.unsafe_no_sandbox, **extra)
 
 
 def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001

@@ -100,10 +100,21 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
     selection = select_recipes(project, args.names)
     check_compiler_cache(ctx.settings)
     _check_host(project, selection)
+    sandbox = _check_sandbox(args)
     if fetch:
         _fetch(selection, ctx)
     skipped = f"; opt-in, not built: {', '.join(selection.skipped)}" if selection.skipped else ""
-    return f"recipes {', '.join(selection.recipes)}{skipped}"
+    return f"recipes {', '.join(selection.recipes)}{skipped}; {sandbox}"
+
+
+def _check_sandbox(args: argparse.Namespace) -> str:
+    """The build sandbox can be made here (build/sandbox.py), before anything is installed;
+    --unsafe-no-sandbox skips the check and says so."""
+    from sglforge.build import sandbox
+
+    if args.unsafe_no_sandbox:
+        return f"NO build sandbox ({sandbox.UNSAFE_FLAG})"
+    return f"sandbox bubblewrap {sandbox.find().version}"
 
 
 def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
@@ -117,9 +128,10 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
     selection = select_recipes(project, args.names)
     ctx.settings  # noqa: B018  (the config is valid)
     _check_host(project, selection)
+    sandbox = _check_sandbox(args)
     if fetch:
         _fetch(selection, ctx)
-    return f"recipes {', '.join(selection.recipes)}"
+    return f"recipes {', '.join(selection.recipes)}; {sandbox}"
 
 
 def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001

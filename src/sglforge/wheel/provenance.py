@@ -27,7 +27,8 @@ PROVENANCE_FILE = "sglforge-build.json"
 FORMAT = 1
 REQUIRED = ("upstream", "commit", "version", "cuda_archs", "requires_torch", "toolchain")
 _OPTIONAL_STR = ("generated_by", "wheel", "url", "subdir", "series_sha256", "recipe_sha256",
-                 "build_root", "content_key", "tree", "sha256", "sdist", "target")
+                 "build_root", "content_key", "tree", "sha256", "sdist", "target",
+                 "unsandboxed")
 _OPTIONAL_INT = ("format", "source_date_epoch")
 _OPTIONAL_OBJECT_LISTS = ("sources", "patches", "embeds", "substitutes")
 _OPTIONAL_BOOL = ("dev",)
@@ -69,6 +70,8 @@ class Provenance:
     # [substitutes]: pinned inputs built from a local directory instead (sources/substitute.py):
     # name, pinned, url, tree, path, reason; such a wheel never leaves the host
     substitutes: tuple[dict[str, Any], ...] | None = None
+    # "--unsafe-no-sandbox": upstream build code ran without the sandbox (build/sandbox.py)
+    unsandboxed: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     # -- JSON ---------------------------------------------------------------------------------
