@@ -14,7 +14,7 @@ For every recipe whose sources are in the cache or reachable (mirrors from --con
      import, plus the workarounds this run used (--workarounds FILE, a JSON list of strings)
 
 The caller venvs are made from the toolchain Python (--python) and get the hash-pinned
-lockfiles/toolchain.lock (build/toolchain_lock.py; torch sections only when a selected
+lockfiles/toolchain.lock (builder/toolchain_lock.py; torch sections only when a selected
 recipe needs torch) and sglforge's own dependencies; sglforge itself runs from src/.
 Not part of `nox -s tests`: it needs the real sources and takes minutes per recipe.
 """
@@ -69,7 +69,7 @@ def make_caller_venv(python: str, venv: Path, project: Path, with_torch: bool,
                      log: Path) -> Path:
     """A caller venv: the toolchain lock (hash-pinned) plus sglforge's dependencies."""
     sys.path.insert(0, str(ROOT / "src"))
-    from sglforge.build import toolchain_lock
+    from sglforge.builder import toolchain_lock
     from sglforge.inputs.toolchain import load_toolchain
 
     bin_python = venv / "bin" / "python"

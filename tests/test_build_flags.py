@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.build.scheduler import Machine, plan_jobs
+from sglforge.builder.scheduler import Machine, plan_jobs
 from sglforge.cli.main import main
 
 

@@ -65,7 +65,7 @@ def _tree(root: int) -> dict[int, tuple[int, int, str]]:
 
 def _host_pids(root: int, inner: list[int]) -> list[int]:
     """The host pids of processes that wrote their pids inside the build sandbox's pid
-    namespace (build/sandbox.py): the last NSpid of a descendant of `root` is its pid there."""
+    namespace (builder/sandbox.py): the last NSpid of a descendant of `root` is its pid there."""
     by_inner: dict[int, int] = {}
     for pid in _tree(root):
         try:
@@ -233,7 +233,7 @@ def test_sigint_mid_dev_build_parks_the_dev_tree_for_the_next_one(tmp_path):
     import json
 
     from sglforge.base.buildroot import BuildRoot
-    from sglforge.build.devtree import DevWorkspace
+    from sglforge.builder.devtree import DevWorkspace
 
     project = make_project(tmp_path, ("slowpy",))
     proc = project.start("build", "--dev", "slowpy")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.tu_recheck import build_environment
-from sglforge.build.compiler_cache import mask_env_lines
+from sglforge.builder.compiler_cache import mask_env_lines
 
 ENV = {
     "PATH": "/opt/tools/bin:/usr/bin",

@@ -1,4 +1,4 @@
-"""The build sandbox (build/sandbox.py; issue 31): a hostile upstream — its setup.py, its
+"""The build sandbox (builder/sandbox.py; issue 31): a hostile upstream — its setup.py, its
 CMakeLists.txt (scikit-build-core) or its meson.build (meson-python) — runs one attack
 script and tries everything a red-team did on a clone of main:
 

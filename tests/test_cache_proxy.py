@@ -122,7 +122,7 @@ def fake_http() -> Iterator[FakeUpstream]:
 
 
 def _started(upstream, read_only: bool = True, **limits):
-    from sglforge.build.cacheproxy import CacheProxy
+    from sglforge.builder.cacheproxy import CacheProxy
 
     proxy = CacheProxy(upstream, read_only=read_only, **limits)
     proxy.start()
@@ -130,13 +130,13 @@ def _started(upstream, read_only: bool = True, **limits):
 
 
 def _fake_redis_proxy(fake: FakeUpstream, read_only: bool = True, **limits):
-    from sglforge.build.cacheproxy import Upstream
+    from sglforge.builder.cacheproxy import Upstream
 
     return _started(Upstream("redis", "127.0.0.1", fake.port), read_only, **limits)
 
 
 def _fake_http_proxy(fake: FakeUpstream, read_only: bool = True, **limits):
-    from sglforge.build.cacheproxy import Upstream
+    from sglforge.builder.cacheproxy import Upstream
 
     return _started(Upstream("http", "127.0.0.1", fake.port, prefix="/ccache"), read_only,
                     **limits)
@@ -209,7 +209,7 @@ def _wait_for_handlers(proxy, seconds: float = 30) -> None:
 
 
 def _proxy(redis: RedisServer, read_only: bool, password: str | None = PASSWORD, db: int = 0):
-    from sglforge.build.cacheproxy import CacheProxy, Upstream
+    from sglforge.builder.cacheproxy import CacheProxy, Upstream
 
     proxy = CacheProxy(Upstream("redis", "127.0.0.1", redis.port, password=password, db=db),
                        read_only=read_only)
@@ -306,7 +306,7 @@ def test_http_paths_methods_and_auth():
     import base64
     import http.client
 
-    from sglforge.build.cacheproxy import CacheProxy, Upstream
+    from sglforge.builder.cacheproxy import CacheProxy, Upstream
     from tests.fixtures.http_cache import http_cache_server
 
     class UnixHTTP(http.client.HTTPConnection):
@@ -354,7 +354,7 @@ def test_a_refused_put_is_answered_after_its_body_arrives():
     after the headers (http.client does) sees the 403, not a broken pipe."""
     import time
 
-    from sglforge.build.cacheproxy import CacheProxy, Upstream
+    from sglforge.builder.cacheproxy import CacheProxy, Upstream
     from tests.fixtures.http_cache import http_cache_server
 
     with http_cache_server() as server:
@@ -410,7 +410,7 @@ def test_connections_over_the_limit_are_refused_at_once(redis):
     """max_clients=4: four idle clients hold the places; each further one is answered with
     the proxy's error and closed by the accepting thread (no thread, no upstream connection),
     and recorded; a place given back is taken again."""
-    from sglforge.build.cacheproxy import Upstream
+    from sglforge.builder.cacheproxy import Upstream
 
     proxy = _started(Upstream("redis", "127.0.0.1", redis.port, password=PASSWORD),
                      max_clients=4)
@@ -567,7 +567,7 @@ def test_large_values_are_copied_through(redis):
 def test_a_client_leaving_mid_exchange_prints_nothing(redis, capfd):
     """Clients that hang up mid-reply, mid-argument or right after a bad line: the
     connection is closed quietly, nothing on stderr (Redis and HTTP)."""
-    from sglforge.build.cacheproxy import CacheProxy, Upstream
+    from sglforge.builder.cacheproxy import CacheProxy, Upstream
     from tests.fixtures.http_cache import http_cache_server
 
     big = b"y" * (4 << 20)
@@ -640,7 +640,7 @@ def test_malformed_http_headers_are_refused_never_forwarded(fake_http, request_b
 def test_recorded_refusals_are_capped(fake_redis):
     """A build sending refused commands without end: the first MAX_RECORDED are kept for the
     log, all are counted (the record's memory stays bounded)."""
-    from sglforge.build.cacheproxy import MAX_RECORDED
+    from sglforge.builder.cacheproxy import MAX_RECORDED
 
     proxy = _fake_redis_proxy(fake_redis)
     try:

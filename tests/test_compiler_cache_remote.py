@@ -92,7 +92,7 @@ def test_remote_hits_across_cache_dirs_with_the_wheel_of_a_no_cache_build(tmp_pa
     assert "remote hit(s)" in summary
 
     log = (project.build_root / "logs" / "cudaext.log").read_text()
-    # ccache talks to sglforge's proxy: no credential in its URL (build/cacheproxy.py)
+    # ccache talks to sglforge's proxy: no credential in its URL (builder/cacheproxy.py)
     assert "# env CCACHE_REMOTE_STORAGE=redis+unix:/" in log
     assert not [line for line in log.splitlines() if line.startswith("# env") and "***" in line]
     assert "# env CCACHE_NAMESPACE=sglforge-" in log
@@ -166,11 +166,11 @@ def test_sccache_is_refused_for_nvcc_recipes_naming_why(tmp_path):
 
 
 def test_sccache_works_in_the_sandbox_and_is_refused_in_a_bare_network_namespace(tmp_path):
-    """A host-only CMake recipe: in the build sandbox (build/sandbox.py: loopback is up in
+    """A host-only CMake recipe: in the build sandbox (builder/sandbox.py: loopback is up in
     its network namespace) the sccache client reaches the server it starts there, which dies
     with the step's pid namespace; with --unsafe-no-sandbox the build's `unshare -n`
     namespace has loopback down ('Network is unreachable', measured), so it is refused."""
-    from sglforge.build.environment import network_isolation
+    from sglforge.builder.environment import network_isolation
 
     sccache = Path(sys.executable).parent / "sccache"
     if not sccache.is_file():
@@ -284,7 +284,7 @@ def test_unknown_cache_key_has_a_did_you_mean(tmp_path):
 
 def test_mask_secrets_and_remote_plans():
     from sglforge.base.credentials import mask_url
-    from sglforge.build.compiler_cache import plan_remote
+    from sglforge.builder.compiler_cache import plan_remote
 
     assert mask_url("redis://pw@h:1/0") == "redis://***@h:1/0"
     assert mask_url("http://u:p@h/c") == "http://u:***@h/c"
@@ -307,7 +307,7 @@ def test_mask_secrets_and_remote_plans():
 
 
 def test_namespace_and_stats_log():
-    from sglforge.build.compiler_cache import CacheStats, namespace
+    from sglforge.builder.compiler_cache import CacheStats, namespace
 
     ns = namespace("Cuda compilation tools, release 13.0, V13.0.88", "gcc 12.2.0", "x86_64")
     assert ns.startswith("sglforge-") and len(ns) == len("sglforge-") + 16

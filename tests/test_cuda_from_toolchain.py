@@ -1,4 +1,4 @@
-"""`cuda-from-toolchain` (build/environment.py cuda_gap_env): a CUDA toolkit without cuBLAS /
+"""`cuda-from-toolchain` (builder/environment.py cuda_gap_env): a CUDA toolkit without cuBLAS /
 NVRTC development files (this machine's) gets exactly its gaps filled from the toolchain's
 nvidia-* wheels; what the toolkit has is never shadowed, and `{cuda_gap_lib}` is only for
 recipes that ask for it."""
@@ -13,7 +13,7 @@ import pytest
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
-from sglforge.build.environment import cuda_gap_env
+from sglforge.builder.environment import cuda_gap_env
 from sglforge.inputs.recipes import parse_recipe
 from tests.test_recipes import inputs, write  # noqa: F401  (fixture)
 
@@ -164,7 +164,7 @@ def test_no_stub_where_the_toolkit_has_a_libcuda(tmp_path: Path) -> None:
 
 
 def test_a_stub_that_cannot_be_built_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
-    from sglforge.build import cudastub
+    from sglforge.builder import cudastub
     _, toolkit = _toolkit_with_driver_header(tmp_path)
     target = tmp_path / "lib" / "libcuda.so"
     target.parent.mkdir()
@@ -182,7 +182,7 @@ def test_the_real_driver_header_gives_the_names_sgl_kernel_links() -> None:
     """The names sgl-kernel 0.4.4's common_ops and spatial_ops leave for libcuda (nm of their
     objects, built here for sm_120a): all must be in the stub, or -lcuda would not stand in for
     the driver."""
-    from sglforge.build import cudastub
+    from sglforge.builder import cudastub
     names = set(cudastub.driver_symbols(Path("/usr/local/cuda"), "cc"))
     sgl_kernel = {"cuCtxFromGreenCtx", "cuCtxPopCurrent_v2", "cuCtxPushCurrent_v2",
                   "cuDevResourceGenerateDesc", "cuDevSmResourceSplitByCount",

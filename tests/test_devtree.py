@@ -1,4 +1,4 @@
-"""build/devtree.py (sync, park/adopt/recover) and the toolchain `--version` cache: no nvcc."""
+"""builder/devtree.py (sync, park/adopt/recover) and the toolchain `--version` cache: no nvcc."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
-from sglforge.build.devtree import DevWorkspace, sync_tree
+from sglforge.builder.devtree import DevWorkspace, sync_tree
 from sglforge.inputs.toolchain import VersionCache, _first_line
 
 OLD = 1_000_000_000_000_000_000  # ns: an mtime far in the past, to see what was rewritten

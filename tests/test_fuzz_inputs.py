@@ -212,7 +212,7 @@ def load_directly(clone: fuzzproject.Clone, kind: str) -> None:
     """The loaders themselves: only `SglforgeError` may come out of them."""
     from sglforge.base.errors import SglforgeError
     from sglforge.smoke.profile import load_profile
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset
     from sglforge.wheel.outputs import load_manifest, read_runtime_lock
 
     try:

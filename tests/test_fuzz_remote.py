@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.remotestore import RemoteStore
-from sglforge.build.wheelcache import (
+from sglforge.builder.wheelcache import (
     ExpectedWheel,
     RemoteRefused,
     RemoteWheelCache,

@@ -177,7 +177,7 @@ def _run(project: FixtureProject, cache: Path, env: dict[str, str], *extra: str,
     stdout, stderr = proc.communicate(timeout=600)
     result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    # HOME of the build: its step's private one (build/sandbox.py), kept until the next step
+    # HOME of the build: its step's private one (builder/sandbox.py), kept until the next step
     report = json.loads((project.build_root / "sandbox" / "hostile" / "home"
                          / "hostile-report.json").read_text())
     report["sglforge_pid"] = str(proc.pid)

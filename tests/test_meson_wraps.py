@@ -1,6 +1,6 @@
 """A meson-python upstream whose meson wrap (source tarball + wrapdb-style patch zip) is pinned
 in the lockfile builds with --wrap-mode=nodownload: sglforge hands the pinned files to meson in
-subprojects/packagecache (build/mesonwraps.py), as CMake gets FETCHCONTENT_SOURCE_DIR_*.
+subprojects/packagecache (builder/mesonwraps.py), as CMake gets FETCHCONTENT_SOURCE_DIR_*.
 A pin whose sha256 is not the wrap's source_hash is an error naming the wrap, before meson runs.
 
 Real parts: real git mirror, real `sglforge build` (pip wheel, meson-python, meson, ninja)."""
@@ -21,7 +21,7 @@ import pytest
 from tests.fixtures import upstreams
 from tests.fixtures.project import FixtureProject, cuda_release
 from sglforge.base.errors import SglforgeError
-from sglforge.build.mesonwraps import place_wrap_inputs
+from sglforge.builder.mesonwraps import place_wrap_inputs
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.cache import SourceCache
 from tests.helpers import snapshot

@@ -1,6 +1,6 @@
 """What a process of the same uid can read of sglforge (issue 21, item 3c), measured with
 real processes: /proc/<pid>/environ of a non-dumpable parent. Defence in depth: a build runs
-in the sandbox's pid namespace (build/sandbox.py) and does not see sglforge at all; this is
+in the sandbox's pid namespace (builder/sandbox.py) and does not see sglforge at all; this is
 what holds for anything else running as the same uid."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.build import environment
+from sglforge.builder import environment
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 needs_nvcc = pytest.mark.skipif(not Path(NVCC).exists() or shutil.which("cc") is None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from sglforge.base.logs import log_tail
-from sglforge.build.pipeline import run_logged
+from sglforge.builder.pipeline import run_logged
 
 
 def test_progress_lines_and_log_file(tmp_path, capsys):

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.smoke import receipt as receipt_module
-from sglforge.smoke.receipt import KIND, SCHEMA, wheel_set
+from sglforge.qualification import receipt as receipt_module
+from sglforge.qualification.receipt import KIND, SCHEMA, wheel_set
 from sglforge.wheel import channels
 from tests.test_publish import _stack
 

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.smoke.wheelset import load_wheelset
+from sglforge.wheel.wheelset import load_wheelset
 from sglforge.wheel import provenance
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 from tests.fixtures.project import make_project

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.build.pipeline import BuiltWheel
+from sglforge.builder.pipeline import BuiltWheel
 from sglforge.inputs.project import Project
 from sglforge.inputs.toolchain import load_toolchain
 from sglforge.wheel import index, outputs

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.build.key import remote_key
+from sglforge.builder.key import remote_key
 from sglforge.wheel.provenance import read as read_provenance
 from tests.fixtures import upstreams
 from tests.fixtures.project import SRC, FixtureProject, make_project

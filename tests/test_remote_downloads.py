@@ -183,7 +183,7 @@ def test_long_downloads_report_progress_and_finish(hostile, tmp_path):
 
 
 def _cache(hostile: str, **limits):  # noqa: ANN003, ANN202
-    from sglforge.build.wheelcache import DownloadLimits, RemoteWheelCache
+    from sglforge.builder.wheelcache import DownloadLimits, RemoteWheelCache
 
     return RemoteWheelCache(RemoteStore.from_url(hostile, read_only=True),
                             DownloadLimits(**limits), report=lambda line: None)
@@ -197,7 +197,7 @@ def _entry(key: str, file: str, size: int | None, sha256: str = "0" * 64) -> Non
 
 
 def test_the_wheel_cache_caps_at_the_entry_size_and_the_configured_maximum(hostile, tmp_path):
-    from sglforge.build.wheelcache import ExpectedWheel, RemoteRefused
+    from sglforge.builder.wheelcache import ExpectedWheel, RemoteRefused
 
     key = "ab" + "1" * 62
     dest = tmp_path / "remote"
@@ -234,7 +234,7 @@ def test_the_wheel_cache_caps_at_the_entry_size_and_the_configured_maximum(hosti
 
 
 def test_caps_and_deadline_are_wheel_cache_settings(tmp_path):
-    from sglforge.build.pipeline import BuildOptions, remote_tier
+    from sglforge.builder.pipeline import BuildOptions, remote_tier
     from sglforge.inputs.settings import describe_settings, load_settings
 
     config = tmp_path / "config.toml"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.build import prefixmap
+from sglforge.builder import prefixmap
 from sglforge.wheel import leaks
 from tests.fixtures import upstreams
 from tests.fixtures.project import SRC, make_project

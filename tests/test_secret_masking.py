@@ -49,7 +49,7 @@ def _outputs(environ=None, config=None, cli=None) -> list[str]:
     the descriptions `build` prints."""
     from sglforge.base.errors import SglforgeError
     from sglforge.base.remotestore import RemoteStore
-    from sglforge.build.compiler_cache import CompilerCache, mask_env_lines
+    from sglforge.builder.compiler_cache import CompilerCache, mask_env_lines
     from sglforge.inputs.settings import describe_settings, load_settings
 
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.smoke.receipt import KIND, SCHEMA, wheel_set
+from sglforge.qualification.receipt import KIND, SCHEMA, wheel_set
 from tests.fixtures import upstreams
 from tests.fixtures.gitrepos import Repo, run_git
 from tests.fixtures.project import make_project
@@ -244,7 +244,7 @@ def test_a_smoke_receipt_names_substituted_wheels(tmp_path: Path) -> None:
     import dataclasses
     from types import SimpleNamespace
 
-    from sglforge.smoke.qualify import substituted_wheels
+    from sglforge.qualification.qualify import substituted_wheels
     from sglforge.wheel.channels import Channel, judge_receipt
     from tests.smoke.conftest import provenance
 

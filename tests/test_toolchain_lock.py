@@ -13,7 +13,7 @@ import pytest
 import tomllib
 
 from sglforge.base.errors import SglforgeError
-from sglforge.build import toolchain_lock
+from sglforge.builder import toolchain_lock
 from sglforge.inputs import toolchain as toolchain_mod
 from sglforge.inputs.toolchain import load_toolchain
 

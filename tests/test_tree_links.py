@@ -3,7 +3,7 @@ makes from or into an upstream tree refuses a link that leads out of the tree, a
 links that stay inside as links. base/fs.copy_tree_inside itself; submodules placed through
 a link (sources/export.py); a substitute whose directory gains a link out after its check
 (sources/substitute.py); `patches check --against DIR` snapshots (sources/export.py); the dev
-tree synced through a planted link (build/devtree.py). No build runs here."""
+tree synced through a planted link (builder/devtree.py). No build runs here."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import copy_tree_inside, path_inside
-from sglforge.build.devtree import DevWorkspace, sync_tree
+from sglforge.builder.devtree import DevWorkspace, sync_tree
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.inputs.settings import Substitute
 from sglforge.sources import substitute as substitute_module

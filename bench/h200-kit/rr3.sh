@@ -3,7 +3,7 @@
 # kernel build of call 1, check how its ELF files resolve, add it to the site.
 #   bash /tmp/r/tree/bench/h200-kit/rr3.sh $PWD/build/h200r3 [LIMIT_S]
 # Carried: build/h200r3/site-ours.tar.xz (stage_stack.py --without sglang-kernel) and
-# build/h200r3/whl/ (cryptography: signs receipts where ssh-keygen is missing, smoke/receipt.py).
+# build/h200r3/whl/ (cryptography: signs receipts where ssh-keygen is missing, qualification/receipt.py).
 set -u
 K=$1; LIMIT=${2:-520}; R=/tmp/r; T0=$(date +%s); PY=/opt/torch/.venv/bin/python3; [ -x $PY ] || PY=$(command -v python3)
 export PYTHONUNBUFFERED=1

@@ -3,7 +3,7 @@
 # sgl-deep-gemm, nixl, nixl-cu13 built by sglforge) against call 2's reference, same model bytes;
 # a perturbed reference judged offline on this run's data; then the colocated server again after
 # the pair (`[colocated] start = "after-pair"`). Receipts signed with an ephemeral Ed25519 key
-# made here (no ssh-keygen on the image: smoke/receipt.py signs through `cryptography`), the
+# made here (no ssh-keygen on the image: qualification/receipt.py signs through `cryptography`), the
 # reference run's receipt signed with the same key.
 #   bash /tmp/r/tree/bench/h200-kit/rr4.sh
 set -u
@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
 S=/tmp/results; rm -rf $S; mkdir -p $S
 export PYTHONPATH=/tmp/ours/site:$R/tree/src:/tmp/signlib
 cd $R/tree
-$PY -c "from pathlib import Path; from sglforge.smoke.receipt import write_ed25519_key as w; print(w(Path('/tmp/key'), 'h200-qualifier'), end='')" || exit 3
+$PY -c "from pathlib import Path; from sglforge.qualification.receipt import write_ed25519_key as w; print(w(Path('/tmp/key'), 'h200-qualifier'), end='')" || exit 3
 cp /tmp/key.pub $S/signer.pub
 timeout 400 $PY -m sglforge smoke --profile h200-pd-1gpu --python $PY --lock /tmp/ours/site/wheels.lock \
     --out /tmp/run-ours --model tiny --reference /tmp/ref/reference.json --sign-key /tmp/key > $S/smoke.log 2>&1
@@ -39,7 +39,7 @@ cp /tmp/run-ours/receipt.json /tmp/run-ours/receipt.json.sig /tmp/run-ours/smoke
 tar -C /tmp/run-ours -cJf $S/logs-ours.tar.xz logs
 # The reference run's receipt (call 2), signed now with the same key.
 cp /tmp/run-ref/receipt.json $S/receipt-reference.json
-$PY -c "from pathlib import Path; from sglforge.smoke.receipt import sign; print(sign(Path('$S/receipt-reference.json'), Path('/tmp/key')))"
+$PY -c "from pathlib import Path; from sglforge.qualification.receipt import sign; print(sign(Path('$S/receipt-reference.json'), Path('/tmp/key')))"
 cp /tmp/ref/reference.json $S/
 # The colocated server after the pair: same run directory (JIT caches reused).
 sed 's/^\[colocated\]/[colocated]\nstart = "after-pair"/' profiles/h200-pd-1gpu.toml > profiles/h200-pd-1gpu-after.toml

@@ -207,7 +207,7 @@ def installed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tests that pass --venv (the full-run test installs its own fresh venv)."""
     from sglforge.smoke.install import install, plan_install
     from sglforge.smoke.profile import InstallSpec
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset
 
     root = tmp_path_factory.mktemp("shared-wheels")
     build_wheelset(root)

@@ -14,7 +14,7 @@ import pytest
 from sglforge.smoke import doctor
 from sglforge.smoke.doctor import ERROR, GpuInfo, HostFacts, arch_runs_on, diagnose
 from sglforge.smoke.profile import load_profile
-from sglforge.smoke.wheelset import Wheel, WheelSet
+from sglforge.wheel.wheelset import Wheel, WheelSet
 from sglforge.wheel.provenance import Provenance
 
 REPO = Path(__file__).resolve().parents[2]

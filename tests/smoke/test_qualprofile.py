@@ -93,16 +93,16 @@ def test_committed_h200_profile_qualifies(smoke_project: SmokeProject) -> None:
     profile = load_profile(repo / "profiles" / "h200-pd-1gpu.toml", repo)
     assert "equivalence" in profile.checks.run and profile.colocated.gpus == (0,)
     assert profile.gates.long_output.enforce and not profile.gates.accuracy.enforce
-    from sglforge.smoke.gates import load_questions
+    from sglforge.qualification.gates import load_questions
 
     assert len(load_questions(profile.gates.accuracy)) == 12  # the pinned sha256 holds
 
 
 def test_gate_and_oracle_arithmetic() -> None:
-    from sglforge.smoke.gates import normalize_number
-    from sglforge.smoke.greedy import Generation
-    from sglforge.smoke.qualprofile import ReferenceSpec
-    from sglforge.smoke.reference import Reference, compare
+    from sglforge.qualification.gates import normalize_number
+    from sglforge.qualification.greedy import Generation
+    from sglforge.qualification.qualprofile import ReferenceSpec
+    from sglforge.qualification.reference import Reference, compare
 
     assert normalize_number("so 3 * 4 = 12\n#### 1,234.0") == "1234"
     assert normalize_number("The answer is 42.") == "42" and normalize_number("none") is None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.smoke import receipt
+from sglforge.qualification import receipt
 
 needs_crypto = pytest.mark.skipif(importlib.util.find_spec("cryptography") is None,
                                   reason="needs the cryptography library")

@@ -19,7 +19,7 @@ from sglforge.smoke.install import (
     venv_base_python,
 )
 from sglforge.smoke.profile import InstallSpec
-from sglforge.smoke.wheelset import load_wheelset
+from sglforge.wheel.wheelset import load_wheelset
 from tests.smoke.conftest import build_wheelset
 
 CURRENT = f"{sys.version_info[0]}.{sys.version_info[1]}"

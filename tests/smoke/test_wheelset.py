@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglforge.base.errors import ConfigErrors, SglforgeError
-from sglforge.smoke.wheelset import load_wheelset, parse_lock
+from sglforge.wheel.wheelset import load_wheelset, parse_lock
 
 from .conftest import SmokeProject, make_wheel, provenance, sha256
 

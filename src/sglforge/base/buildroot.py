@@ -5,7 +5,7 @@
     <root>/work/<recipe>/           per-wheel scratch: dist/, build/, site/
     <root>/tools/bin/               wrappers first on a build's PATH (nvcc)
     <root>/tools/ccache.conf        the only ccache configuration a build reads
-    <root>/sandbox/<recipe>/        one build step's private HOME and TMP (build/sandbox.py),
+    <root>/sandbox/<recipe>/        one build step's private HOME and TMP (builder/sandbox.py),
         home/ tmp/                  seen by the build at <root>/home, <root>/tmp and /tmp
     <root>/home, <root>/tmp         HOME and TMPDIR of builds
     <root>/logs/<wheel>.log         one log per wheel
@@ -15,13 +15,13 @@
         tree/ build/ deps/<name>/   the work tree, build directory and FetchContent trees
                                     (moved to src/, work/<recipe>/build, deps/ while it builds)
         scratch/                    the strict export + series the tree is synced from
-        state.json                  written after a complete sync (build/devtree.py)
+        state.json                  written after a complete sync (builder/devtree.py)
     <root>/dev-wheels/              dev wheels and their manifest.json (never wheels/)
     <root>/check-result.json        the last stack check of `build`, reused when its inputs
                                     are unchanged (check/cache.py)
     <root>/.sglforge-build.lock     one build per root at a time
 
-The root is fixed and absolute: builds embed it (see build/environment.py).
+The root is fixed and absolute: builds embed it (see builder/environment.py).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class BuildRoot:
         return self.path / "refresh" / (f"{upstream}-{stage}" if stage else upstream)
 
     def dev(self, recipe: str) -> Path:
-        """`build --dev` state of one recipe (build/devtree.py)."""
+        """`build --dev` state of one recipe (builder/devtree.py)."""
         return self.path / "dev" / recipe
 
     @property

@@ -3,7 +3,7 @@ symbolic links as the kernel would and never touching the disk. One walker serve
 archive members sglforge extracts (sources/archive.py) and the links a patch series leaves
 (patching/apply.py); each supplies how to read a link in its model. `walk_on_disk` reads the
 links of a real tree instead (lstat + readlink, nothing followed by the kernel): the copies
-sglforge makes from and into upstream trees (base/fs.copy_tree_inside, build/mesonwraps.py)."""
+sglforge makes from and into upstream trees (base/fs.copy_tree_inside, builder/mesonwraps.py)."""
 
 from __future__ import annotations
 

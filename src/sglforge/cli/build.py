@@ -12,7 +12,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.cli.names import check_recipes
 
 if TYPE_CHECKING:
-    from sglforge.build.compiler_cache import CompilerCache
+    from sglforge.builder.compiler_cache import CompilerCache
     from sglforge.inputs.settings import Settings
 
 MAX_JOBS = 4096
@@ -126,7 +126,7 @@ def add_remote_cache_options(p: argparse.ArgumentParser) -> None:
 def check_compiler_cache(settings: Settings) -> CompilerCache | None:
     """The effective compiler cache (CLI > env > [compiler-cache]); its tool must be on PATH:
     say so before fetching anything. None: no cache."""
-    from sglforge.build.compiler_cache import resolve
+    from sglforge.builder.compiler_cache import resolve
 
     chosen = settings.compiler_cache
     origin = settings.origin("compiler-cache.kind")
@@ -141,7 +141,7 @@ def check_compiler_cache(settings: Settings) -> CompilerCache | None:
 
 
 def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
-    from sglforge.build.pipeline import BuildOptions
+    from sglforge.builder.pipeline import BuildOptions
 
     # --jobs and --mem-per-job are validated by argparse (jobs_arg, mem_per_job_arg).
     return BuildOptions(names=tuple(args.names), jobs=args.jobs, mem_per_job=args.mem_per_job,
@@ -150,10 +150,10 @@ def _options(args: argparse.Namespace, **extra):  # noqa: ANN003, ANN202
 
 
 def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    from sglforge.build.pipeline import run_build, summarize
+    from sglforge.builder.pipeline import run_build, summarize
 
-    from sglforge.build import hostdeps
-    from sglforge.cli.preflight import select_recipes
+    from sglforge.builder import hostdeps
+    from sglforge.cli.names import select_recipes
 
     project = ctx.project
     check_recipes(args.names, project.recipes_dir)
@@ -162,7 +162,7 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     if args.publish_dev and not args.dev:
         raise SglforgeError("--publish-dev is for dev builds: add --dev RECIPE")
     if args.dev:
-        from sglforge.build.devtree import check_dev_names
+        from sglforge.builder.devtree import check_dev_names
 
         check_dev_names(tuple(args.names))
     options = _options(args, compiler_cache=cache, use_wheel_cache=not args.no_wheel_cache,
@@ -179,7 +179,7 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
               "unchanged)")
         return 0
     if args.target:
-        from sglforge.build.pipeline import target_wheels_dir
+        from sglforge.builder.pipeline import target_wheels_dir
 
         print(f"wrote {target_wheels_dir(project, args.target) / 'manifest.json'} (target "
               f"{args.target}: wheels/ and the lock unchanged; stack check not run)")
@@ -195,11 +195,11 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    from sglforge.build.verify import render, run_verify
+    from sglforge.builder.verify import render, run_verify
 
     check_recipes(args.names, ctx.project.recipes_dir)
     if args.trees:
-        from sglforge.build.verify import check_trees, render_trees
+        from sglforge.builder.verify import check_trees, render_trees
 
         checked = check_trees(ctx.project, ctx.settings, tuple(args.names),
                               from_lock=args.from_lock, offline=args.offline,

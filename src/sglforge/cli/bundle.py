@@ -53,7 +53,7 @@ def run_lock_runtime(args: argparse.Namespace, ctx) -> int:
     from sglforge.base.fs import atomic_write_text
     from sglforge.base.tomlfile import read_input_text
     from sglforge.inputs.toolchain import load_toolchain
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset
     from sglforge.wheel import runtime
 
     project = ctx.project

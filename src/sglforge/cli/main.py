@@ -18,7 +18,6 @@ import difflib
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge import __version__
@@ -37,8 +36,7 @@ from sglforge.cli import (  # verbs
     sources,
 )
 from sglforge.cli import receipt  # verbs `receipt`, `reference` (issue 24)
-from sglforge.inputs.project import Project, find_project
-from sglforge.inputs.settings import Settings, load_settings
+from sglforge.cli.context import Context
 
 # Modules that contribute verbs, in help order.
 VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt,
@@ -126,30 +124,6 @@ def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-@dataclass
-class Context:
-    args: argparse.Namespace
-    secret_env: dict[str, str] = field(default_factory=dict)  # taken out of os.environ
-
-    @property
-    def project(self) -> Project:
-        return find_project(self.args.project)
-
-    @property
-    def settings(self) -> Settings:
-        return load_settings(
-            self.args.config,
-            environ={**os.environ, **self.secret_env},
-            cache_dir=self.args.cache_dir,
-            build_root=self.args.build_root,
-            extra_mirrors=self.args.mirror,
-            compiler_cache={  # the build verb's options (verify has none: it uses no cache)
-                "kind": getattr(self.args, "compiler_cache", None),
-                "remote": getattr(self.args, "compiler_cache_remote", None),
-                "read_only": getattr(self.args, "compiler_cache_read_only", None)},
-        )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglforge", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"sglforge {__version__}")
@@ -214,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     secret_env = scrub_environment()
     try:
         with signals_as_exceptions(), _quiet(args.quiet):
-            return int(args.func(args, Context(args, secret_env)) or 0)
+            return int(args.func(args, Context(args, secret_env, parse_verb_args)) or 0)
     except SglforgeError as exc:
         if args.verbose:
             traceback.print_exc()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
@@ -52,3 +53,37 @@ def _rel(path: Path) -> str:
     """`lockfiles/upstreams.toml` rather than an absolute path: short and still findable."""
     path = Path(path)
     return "/".join(path.parts[-2:]) if len(path.parts) >= 2 else str(path)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a build or verify of `recipes` needs: the upstreams to fetch, whether torch must be
+    in the toolchain venv, whether nvcc must be found."""
+
+    recipes: tuple[str, ...]
+    upstreams: tuple[str, ...]
+    needs_torch: bool
+    device_code: bool
+    host_requires: dict[str, tuple[str, ...]]  # recipe -> pkg-config modules it needs
+    skipped: tuple[str, ...] = ()  # opt-in recipes a build naming none leaves out
+
+
+def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
+    """The recipes named (all but the opt-in ones when none) plus their dependencies,
+    validated (lockfile, toolchain, every recipe)."""
+    from sglforge.inputs.pins import parse_lockfile
+    from sglforge.inputs.recipes import left_out, load_recipes, select
+    from sglforge.inputs.toolchain import load_toolchain
+
+    check_recipes(names, project.recipes_dir)
+    lock = parse_lockfile(project.lockfile)
+    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    chosen = select(recipes, names)
+    torch = any(recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires
+                for n in chosen)
+    return Selection(recipes=tuple(chosen),
+                     upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
+                     needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen),
+                     host_requires={n: recipes[n].host_requires for n in chosen
+                                    if recipes[n].host_requires},
+                     skipped=() if names else tuple(r.name for r in left_out(recipes, chosen)))

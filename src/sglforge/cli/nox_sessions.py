@@ -198,7 +198,7 @@ def needs_torch(root: Path, verb: str, posargs: Sequence[str]) -> bool:
     """Whether the recipes `sglforge VERB ARGS` builds need torch (ARGS already accepted by
     the preflight; `plan --matrix` computes every recipe's key)."""
     from sglforge.cli.main import parse_verb_args
-    from sglforge.cli.preflight import select_recipes
+    from sglforge.cli.names import select_recipes
     from sglforge.inputs.project import Project
 
     args = parse_verb_args([verb, *posargs])
@@ -230,7 +230,7 @@ def prepare_toolchain(session: Any, root: Path, verb: str, posargs: Sequence[str
     with the same options), then the shared venv with sglforge and
     lockfiles/toolchain.lock (hash-pinned, pip.conf off, torch only when a selected recipe
     needs it). Returns the venv's python; None when only help was asked for (shown)."""
-    from sglforge.build import toolchain_lock
+    from sglforge.builder import toolchain_lock
     from sglforge.inputs.toolchain import load_toolchain
 
     if wants_help(posargs):
@@ -251,7 +251,7 @@ def install_toolchain(session: Any, root: Path, python: str, torch: bool, lock: 
                       toolchain: Any = None) -> str:
     """The shared toolchain venv with sglforge and lockfiles/toolchain.lock (torch sections
     only when `torch`); returns its python."""
-    from sglforge.build import toolchain_lock
+    from sglforge.builder import toolchain_lock
     from sglforge.inputs.toolchain import load_toolchain
 
     try:

@@ -15,49 +15,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sglforge.base.errors import SglforgeError
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What a build or verify of `recipes` needs: the upstreams to fetch, whether torch must be
-    in the toolchain venv, whether nvcc must be found."""
-
-    recipes: tuple[str, ...]
-    upstreams: tuple[str, ...]
-    needs_torch: bool
-    device_code: bool
-    host_requires: dict[str, tuple[str, ...]]  # recipe -> pkg-config modules it needs
-    skipped: tuple[str, ...] = ()  # opt-in recipes a build naming none leaves out
-
-
-def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
-    """The recipes named (all but the opt-in ones when none) plus their dependencies,
-    validated (lockfile, toolchain, every recipe)."""
-    from sglforge.cli.names import check_recipes
-    from sglforge.inputs.pins import parse_lockfile
-    from sglforge.inputs.recipes import left_out, load_recipes, select
-    from sglforge.inputs.toolchain import load_toolchain
-
-    check_recipes(names, project.recipes_dir)
-    lock = parse_lockfile(project.lockfile)
-    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
-    chosen = select(recipes, names)
-    torch = any(recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires
-                for n in chosen)
-    return Selection(recipes=tuple(chosen),
-                     upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
-                     needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen),
-                     host_requires={n: recipes[n].host_requires for n in chosen
-                                    if recipes[n].host_requires},
-                     skipped=() if names else tuple(r.name for r in left_out(recipes, chosen)))
+from sglforge.cli.context import Context
+from sglforge.cli.names import Selection, select_recipes
 
 
 def _check_host(project, selection: Selection, libraries: bool = True) -> None:  # noqa: ANN001
     """The CUDA toolkit is the pinned release; the system libraries recipes name are there."""
-    from sglforge.build import hostdeps
+    from sglforge.builder import hostdeps
     from sglforge.inputs.toolchain import find_cuda, load_toolchain
 
     cuda = find_cuda(load_toolchain(project.toolchain), required=selection.device_code)
@@ -94,7 +60,7 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
     if args.publish_dev and not args.dev:
         raise SglforgeError("--publish-dev is for dev builds: add --dev RECIPE")
     if args.dev:
-        from sglforge.build.devtree import check_dev_names
+        from sglforge.builder.devtree import check_dev_names
 
         check_dev_names(tuple(args.names))
     selection = select_recipes(project, args.names)
@@ -108,9 +74,9 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
 
 
 def _check_sandbox(args: argparse.Namespace) -> str:
-    """The build sandbox can be made here (build/sandbox.py), before anything is installed;
+    """The build sandbox can be made here (builder/sandbox.py), before anything is installed;
     --unsafe-no-sandbox skips the check and says so."""
-    from sglforge.build import sandbox
+    from sglforge.builder import sandbox
 
     if args.unsafe_no_sandbox:
         return f"NO build sandbox ({sandbox.UNSAFE_FLAG})"
@@ -174,9 +140,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_preflight(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
-    from sglforge.cli.main import Context, parse_verb_args
-
-    inner = parse_verb_args([args.target, *args.rest], outer=args)
-    what = CHECKS[args.target](inner, Context(inner, ctx.secret_env), not args.no_fetch)
+    inner = ctx.parse_verb_args([args.target, *args.rest], outer=args)
+    what = CHECKS[args.target](inner, Context(inner, ctx.secret_env, ctx.parse_verb_args),
+                               not args.no_fetch)
     print(f"preflight: sglforge {args.target}: arguments, settings and inputs are valid ({what})")
     return 0

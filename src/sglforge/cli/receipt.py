@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_receipt_verify(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001, ARG001
-    from sglforge.smoke.receipt import verify_receipt
+    from sglforge.qualification.receipt import verify_receipt
 
     done = verify_receipt(args.receipt, tuple(args.wheels),
                           allowed_signers=args.allowed_signers, identity=args.identity)
@@ -56,9 +56,9 @@ def run_receipt_verify(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001, A
 
 def run_reference_compare(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.base.errors import SglforgeError
-    from sglforge.smoke import reference
+    from sglforge.qualification import reference
     from sglforge.smoke.profile import load_profile, resolve_profile_path
-    from sglforge.smoke.qualprofile import ReferenceSpec
+    from sglforge.qualification.qualprofile import ReferenceSpec
 
     spec = ReferenceSpec(top_k=5, min_top1=1.0, min_topk_overlap=1.0, max_logprob_diff=0.02)
     if args.profile:

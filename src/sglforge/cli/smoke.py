@@ -139,7 +139,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     from sglforge.base.findings import blocking
     from sglforge.smoke import doctor
     from sglforge.smoke.install import venv_python
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset
 
     opts = _options(args, ctx)
     env = None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
-from sglforge.build import plan
+from sglforge.builder import plan
 from sglforge.cli.names import check_upstreams
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.bundle import import_bundle, write_bundle

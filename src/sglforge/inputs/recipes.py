@@ -20,7 +20,7 @@
                                              # before anything is fetched or installed
     cuda-from-toolchain = true               # headers and link names the CUDA toolkit lacks
                                              # (cuBLAS, NVRTC, ...) from the toolchain's
-                                             # nvidia-* wheels (build/environment.py)
+                                             # nvidia-* wheels (builder/environment.py)
     opt-in = "hours of nvcc; runtime JIT"    # built only when named (`build -- NAME`); the
                                              # reason is printed when a build skips it
     [env]                                    # environment of the build, placeholders allowed
@@ -31,7 +31,7 @@
     "build-dir" = "{build_dir}"              # a list value repeats the setting
 
 `local-version` may use {cuda}, {patchset8} (the series digest) and {key8}: the first 8 hex
-digits of the wheel's content key (build/key.py: pins, series, recipe, toolchain, build root,
+digits of the wheel's content key (builder/key.py: pins, series, recipe, toolchain, build root,
 dependencies' keys), so a rebuild after any change of those, a recipe edit included, gets a
 new label and file name instead of different bytes under the old name.
 

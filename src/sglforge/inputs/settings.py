@@ -17,7 +17,7 @@ entries replace the file's for the same prefix.
     mem-available = "24GiB"                 # SGLFORGE_MEM_AVAILABLE: the scheduler's budget
     [mirrors]                               # --mirror UPSTREAM=MIRROR
     "https://github.com/" = "/srv/mirrors/github/"
-    [compiler-cache]                        # present: `build` uses ccache (build/compiler_cache.py)
+    [compiler-cache]                        # present: `build` uses ccache (builder/compiler_cache.py)
     kind = "ccache"                         # SGLFORGE_COMPILER_CACHE_KIND, build --compiler-cache
     remote = "redis://cache.internal:6379"  # SGLFORGE_COMPILER_CACHE_REMOTE,
                                             #   build --compiler-cache-remote (password masked)
@@ -110,7 +110,7 @@ class WheelCacheSettings:
     read_only: bool = key("read-only", "bool", default=False,
                           env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
                           doc="read the remote tier, never upload (untrusted jobs)")
-    # a download is capped at its entry's size, and never more than this (build/wheelcache.py)
+    # a download is capped at its entry's size, and never more than this (builder/wheelcache.py)
     max_size: int = key("max-size", default=16 << 30, env="SGLFORGE_WHEEL_CACHE_MAX_SIZE",
                         doc="the largest wheel a remote download may be (e.g. 16GiB)")
     download_deadline: float = key("download-deadline", "number", default=1800.0,
@@ -248,7 +248,7 @@ def _to_kind(raw: Any) -> str:
 
 
 def _to_remote(raw: Any) -> str:
-    from sglforge.build.compiler_cache import remote_problem
+    from sglforge.builder.compiler_cache import remote_problem
 
     problem = remote_problem(str(raw))
     return str(raw) if problem is None else Refused(problem)
@@ -275,7 +275,7 @@ CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
 
 
 def _to_download_size(raw: Any) -> int | Refused:
-    from sglforge.build.wheelcache import HARD_MAX_SIZE
+    from sglforge.builder.wheelcache import HARD_MAX_SIZE
 
     size = parse_memory(str(raw)) if isinstance(raw, str) else None
     if size is None or not 0 < size <= HARD_MAX_SIZE:

@@ -12,7 +12,7 @@
 
 Builds run without build isolation in an interpreter that already has these installed
 (`nox -s build` installs them from the hash-pinned lockfiles/toolchain.lock, see
-build/toolchain_lock.py; `sglforge build-requirements` prints the list). Before a build the
+builder/toolchain_lock.py; `sglforge build-requirements` prints the list). Before a build the
 installed versions are checked against the pins, exactly; torch also by its CUDA variant, read
 from the installed torch/version.py (`installed_torch`), since PyPI's cu130 torch has the
 distribution version `2.13.0` without the `+cu130`. What was found (plus `nvcc --version`, the

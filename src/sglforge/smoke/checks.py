@@ -11,12 +11,15 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sglforge.smoke import http
+from sglforge.base import http
+from sglforge.qualification.equivalence import check_equivalence
+from sglforge.qualification.needle import needle_prompt, passphrase_for
+from sglforge.qualification.qualprofile import EquivalenceSpec
+from sglforge.qualification.results import CheckResult
 from sglforge.smoke.profile import ChecksSpec
-from sglforge.smoke.qualprofile import EquivalenceSpec
 
 
 @dataclass(frozen=True)
@@ -27,20 +30,6 @@ class CheckContext:
     # Qualification (issue 24): the colocated server `equivalence` compares the pair with.
     colocated_url: str | None = None
     equivalence: EquivalenceSpec | None = None
-
-
-@dataclass
-class CheckResult:
-    name: str
-    passed: bool
-    detail: str
-    seconds: float = 0.0
-    metrics: dict[str, Any] = field(default_factory=dict)
-    # Qualification (issue 24): what the result is judged against and the measured value (for
-    # the receipt), and whether a failure fails the smoke (a gate may be reported only).
-    threshold: Any = None
-    value: Any = None
-    enforced: bool = True
 
 
 def _generate_payload(text: str, max_new_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -155,39 +144,6 @@ def check_concurrent(ctx: CheckContext) -> CheckResult:
                        f"{metrics['tokens_per_s']} tokens/s aggregate", metrics=metrics)
 
 
-FILLER = (
-    "The river bends twice before it reaches the old mill at the edge of town.",
-    "Farmers in the valley plant barley in spring and harvest it late in summer.",
-    "A narrow bridge of grey stone carries the road across the gorge.",
-    "In winter the market moves indoors to the long hall beside the church.",
-    "Travellers often stop at the inn for bread, cheese and a bowl of soup.",
-    "The library keeps maps of the region drawn more than two centuries ago.",
-    "Children walk along the canal path to the school on the hill each morning.",
-    "Every autumn the orchards fill with pickers who come from neighbouring villages.",
-)
-
-
-def needle_prompt(target_tokens: int, words_per_token: float, passphrase: str) -> str:
-    """Filler of about `target_tokens`, the needle in the middle, the question at the end."""
-    target_words = max(16, int(target_tokens * words_per_token))
-    words: list[str] = []
-    index = 0
-    while len(words) < target_words:
-        words += FILLER[index % len(FILLER)].split()
-        index += 1
-    words = words[:target_words]
-    needle = f"Remember this: the secret passphrase is {passphrase}."
-    middle = len(words) // 2
-    body = " ".join(words[:middle]) + f" {needle} " + " ".join(words[middle:])
-    return (f"{body}\n\nQuestion: what is the secret passphrase mentioned in the text above?\n"
-            "Answer: the passphrase is")
-
-
-def passphrase_for(length: int) -> str:
-    words = ("amber", "cobalt", "juniper", "saffron", "violet", "indigo")
-    return f"{words[length % len(words)]}-{(length * 7919) % 9000 + 1000}"
-
-
 def check_needle(ctx: CheckContext) -> CheckResult:
     per_length: list[dict[str, Any]] = []
     for length in ctx.spec.needle_lengths:
@@ -227,10 +183,9 @@ CHECK_FUNCTIONS: dict[str, Callable[[CheckContext], CheckResult]] = {
 def run_check(name: str, ctx: CheckContext) -> CheckResult:
     start = time.monotonic()
     try:
-        if name == "equivalence":  # its module builds on this one
-            from sglforge.smoke.equivalence import check_equivalence
-
-            result = check_equivalence(ctx)
+        if name == "equivalence":
+            result = check_equivalence(ctx.router_url, ctx.colocated_url, ctx.equivalence,
+                                       ctx.timeout)
         else:
             result = CHECK_FUNCTIONS[name](ctx)
     except (OSError, ValueError, KeyError, TypeError) as exc:

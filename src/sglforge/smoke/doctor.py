@@ -20,7 +20,7 @@ from sglforge.base.findings import ERROR, OK, WARNING, Finding
 from sglforge.base.requirements import installed_version
 from sglforge.smoke.environment import REQUIRED_FOR_GPU, EnvStack
 from sglforge.smoke.profile import SmokeProfile
-from sglforge.smoke.wheelset import WheelSet
+from sglforge.wheel.wheelset import WheelSet
 
 # CUDA 13.x needs an R580+ driver (CUDA 13.0 release notes: >= 580.65.06 on Linux); minor
 # version compatibility lets any 13.x runtime run on it.

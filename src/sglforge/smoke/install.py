@@ -22,7 +22,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
 from sglforge.base.requirements import installed_version
 from sglforge.smoke.profile import InstallSpec
-from sglforge.smoke.wheelset import WheelSet
+from sglforge.wheel.wheelset import WheelSet
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml, tomllib
-from sglforge.smoke import qualprofile
-from sglforge.smoke.qualprofile import ColocatedSpec, EquivalenceSpec, GatesSpec, ReferenceSpec
+from sglforge.qualification import qualprofile
+from sglforge.qualification.qualprofile import ColocatedSpec, EquivalenceSpec, GatesSpec, ReferenceSpec
 
 PLACEHOLDERS = ("python", "model", "run_dir", "project")
 # SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).
@@ -122,7 +122,7 @@ class SmokeProfile:
     checks: ChecksSpec
     share_gpus: bool = False  # prefill and decode may list the same GPUs (1-GPU hosts)
     tiny_heads: int = 2  # attention heads of the generated tiny model (TP-N needs N | heads)
-    # Qualification (issue 24, smoke/qualprofile.py): the colocated server of `equivalence`,
+    # Qualification (issue 24, qualification/qualprofile.py): the colocated server of `equivalence`,
     # its prompts, the `--reference` thresholds, acceptance gates, stated limitations.
     colocated: ColocatedSpec | None = None
     equivalence: EquivalenceSpec | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sglforge.smoke import http
+from sglforge.base import http
 from sglforge.smoke.processes import ManagedProcess, ProcessSet
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sglforge.base.findings import Finding
 from sglforge.base.fs import atomic_write_text
-from sglforge.smoke.checks import CheckResult
+from sglforge.qualification.results import CheckResult
 
 REPORT_NAME = "smoke-report.json"
 SUMMARY_NAME = "smoke-summary.txt"

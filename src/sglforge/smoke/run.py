@@ -21,7 +21,8 @@ from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: lik
     signals_as_exceptions,
 )
 from sglforge.base.steps import StepRecord, Steps
-from sglforge.smoke import doctor, equivalence, loaded, qualify
+from sglforge.qualification import equivalence, qualify
+from sglforge.smoke import doctor, loaded
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.environment import probe_environment
@@ -37,7 +38,7 @@ from sglforge.smoke.processes import LaunchError, ProcessExited, ProcessSet
 from sglforge.smoke.profile import SmokeProfile
 from sglforge.smoke.readiness import NotReady, wait_all_ready, wait_ready
 from sglforge.smoke.report import Failure, SmokeReport, Stage
-from sglforge.smoke.wheelset import WheelSet, load_wheelset
+from sglforge.wheel.wheelset import WheelSet, load_wheelset
 
 EXIT_PASS, EXIT_FAIL = 0, 1  # interrupted: 128 + the signal (base.procgroup.interrupt_exit)
 
@@ -358,7 +359,7 @@ def _pipeline(opts: SmokeOptions, report: SmokeReport, steps: _Stages,
                 if not result.passed:
                     processes.wait_for_any_exit(seconds=2.0)
                 processes.check_alive(f"check '{name}'")
-            for result in qualify.run_qualification(opts, ctx, qual):
+            for result in qualify.run_qualification(opts, ctx.router_url, ctx.timeout, qual):
                 report.checks.append(result)
                 mark = "pass" if result.passed else ("FAIL" if result.enforced
                                                      else "fail (not enforced)")

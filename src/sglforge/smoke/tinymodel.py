@@ -16,7 +16,7 @@ from any checkout, with any library versions, because nothing here depends on th
   (round to nearest even) with integer arithmetic, and written as safetensors directly.
 - No torch, transformers, tokenizers or safetensors is imported: CI (no torch) writes the very
   bytes the GPU host serves, and a reference recorded on one host can be re-checked on another
-  from the digest alone (smoke/identity.py).
+  from the digest alone (qualification/identity.py).
 `GENERATION` names this procedure; tests pin the digest it produces.
 """
 
@@ -35,8 +35,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.qualification.identity import TINY_MARKER
 
-MARKER = "sglforge-tiny-model.json"
+MARKER = TINY_MARKER  # qualification/identity.py reads it to name the model
 GENERATION = 2  # 1: tokenizer trained by `tokenizers` on sglforge's sources, torch init
 VOCAB_SIZE = 4096
 INIT_STD = 0.02

@@ -96,7 +96,7 @@ def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) 
 def _extract_tarball(path: Path, dest: Path, label: str) -> None:
     """Extract a pinned archive member by member, checked (sources/archive.py), dropping the
     single top-level directory GitHub-style archives have. A zip (a meson wrapdb patch, which
-    build/mesonwraps.py hands to meson as the file itself) is extracted as it is, for its
+    builder/mesonwraps.py hands to meson as the file itself) is extracted as it is, for its
     tree id."""
     if zipfile.is_zipfile(path):
         extract_zip(path, dest, f"{label}: archive {path}", SOURCE_ARCHIVE_LIMITS)
@@ -145,7 +145,7 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
                 hoist(staged, layout)
                 imported = commit_archive_tree(staged, pin, layout.newest)
         # the staging directory is mkdtemp's 0700: a build running as the unprivileged build
-        # user (build/builduser.py) must still read an exported input it does not own
+        # user (builder/builduser.py) must still read an exported input it does not own
         staged.chmod(0o755)
         replace_dir(staged, dest)
     return ExportedTree(name=name, path=dest, placed=tuple(placed), imported=imported,

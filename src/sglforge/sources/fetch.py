@@ -30,6 +30,7 @@ from sglforge.base.procgroup import Terminated
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
 from sglforge.sources.cache import PIN_REF, SourceCache, ensure_bare
+from sglforge.sources.download import describe_source, fetch_tarball
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,6 @@ class FetchReport:
 
 
 
-def _describe_source(url: str, settings: Settings) -> str:
-    resolved = settings.resolve_url(url)
-    return url if resolved == url else f"{url} (mirror {resolved})"
-
-
 def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeError:
     """git fetch failed: say which source, show git's whole stderr and any missing object.
 
@@ -70,7 +66,7 @@ def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeEr
     missing = missing_object(detail)
     what = f"the source is missing object {missing}; " if missing else ""
     return SglforgeError(
-        f"{want.label}: cannot fetch {_describe_source(want.url, settings)}: {what}git says:\n"
+        f"{want.label}: cannot fetch {describe_source(want.url, settings)}: {what}git says:\n"
         + "\n".join("  " + line for line in detail.splitlines()),
         hint=("the mirror or repository is incomplete or corrupt; repair it (e.g. fetch it "
               "again from upstream)" if missing else
@@ -127,51 +123,13 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
                 got += f" ('{ref_hint}' is now at {head})"
         raise SglforgeError(
             f"{want.label}: expected commit {want.commit} from "
-            f"{_describe_source(want.url, settings)}, got {got}",
+            f"{describe_source(want.url, settings)}, got {got}",
             hint=hint or "the pin is wrong or upstream history was rewritten; fix "
                          "lockfiles/upstreams.toml")
     git("update-ref", "--", PIN_REF + want.commit, want.commit, git_dir=git_dir)
     return "fetched"
 
 
-def _open_url(url: str):
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme in ("", "file"):
-        return open(urllib.parse.unquote(parsed.path) if parsed.scheme else url, "rb")
-    request = urllib.request.Request(url, headers={"User-Agent": "sglforge"})
-    return urllib.request.urlopen(request, timeout=60)
-
-
-def fetch_tarball(cache: SourceCache, pin: Pin, settings: Settings, offline: bool) -> str:
-    assert pin.sha256 is not None
-    target = cache.tarball(pin.sha256)
-    if target.exists():
-        return "cached"
-    if offline:
-        return "missing"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    resolved = settings.resolve_url(pin.url)
-    fd, tmp = tempfile.mkstemp(prefix=".download-", dir=target.parent)
-    digest = hashlib.sha256()
-    try:
-        try:
-            with _open_url(resolved) as response, os.fdopen(fd, "wb") as out:
-                while chunk := response.read(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-        except OSError as exc:
-            raise SglforgeError(f"{pin.name}: cannot download "
-                                f"{_describe_source(pin.url, settings)}: {exc}") from None
-        if digest.hexdigest() != pin.sha256:
-            raise SglforgeError(
-                f"{pin.name}: expected sha256 {pin.sha256}, got {digest.hexdigest()} from "
-                f"{_describe_source(pin.url, settings)}",
-                hint="the archive changed upstream or the pin is wrong; nothing was cached")
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    return "fetched"
 
 
 def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:

@@ -194,7 +194,7 @@ def find_sdist(pin: Pin, index: str, settings: Settings, origin: str) -> IndexFi
 def fetch_sdist(cache: SourceCache, pin: Pin, settings: Settings, offline: bool,
                 lock: Lockfile) -> str:
     """Make the pin's sdist present in the cache (by sha256); 'cached', 'fetched', 'missing'."""
-    from sglforge.sources.fetch import fetch_tarball
+    from sglforge.sources.download import fetch_tarball
 
     assert pin.sha256 is not None
     if cache.tarball(pin.sha256).exists():

@@ -4,7 +4,7 @@ or injected into it (submodules, FetchContent archives).
 A tree id is git's own content address of a directory (`git write-tree`), so a peer checks a
 recorded one with nothing but git: export the pin, apply the series, `git write-tree`. The
 build writes them into provenance, `patches check` and `plan` print them, `verify` compares
-them (build/verify.py). A submodule's tree is its pinned commit's; a FetchContent archive's
+them (builder/verify.py). A submodule's tree is its pinned commit's; a FetchContent archive's
 is that of the directory the build injects (the extracted archive), computed once per sha256.
 
 Records under `<cache>/trees/` let `plan` (which runs nothing) print trees already computed:

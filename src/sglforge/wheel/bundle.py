@@ -299,9 +299,9 @@ def write_archive(target: Path, top: str, files: dict[str, Path | bytes], zstd: 
 
 
 def write_bundle(project, opts: BundleOptions) -> Path:
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset
 
-    from sglforge.wheel.index import refuse_local_only
+    from sglforge.wheel.wheelset import refuse_local_only
 
     wheelset = load_wheelset(opts.wheels_dir, opts.lock)  # manifest, lock and files agree
     refuse_local_only(wheelset.wheels, "bundle")

@@ -121,7 +121,7 @@ class Promoted:
     signed: bool = False  # the receipt carried a signature (verified or not: signed_by)
 
 
-def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - smoke.receipt
+def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - qualification.receipt
     """Why `receipt` may not enter `channel` (empty: it may)."""
     data = receipt.data
     problems = []
@@ -168,7 +168,7 @@ def _local_only(wheel: Path) -> str | None:
 def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel],
             channels_path: Path, allowed_signers: Path | None = None) -> Promoted:
     from sglforge.base.fs import atomic_write_bytes, sha256_file
-    from sglforge.smoke.receipt import load_receipt
+    from sglforge.qualification.receipt import load_receipt
 
     channel = channel_named(channels, to, channels_path)
     if channel.promote_from is None:
@@ -223,7 +223,7 @@ def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel
 def _check_signature(receipt, channel: Channel, channels_path: Path,  # noqa: ANN001
                      allowed_signers: Path | None) -> tuple[str | None, list[str]]:
     """The verified signer (None: not verified) and the warnings to print."""
-    from sglforge.smoke.receipt import check_allowed_signers, verify_signature
+    from sglforge.qualification.receipt import check_allowed_signers, verify_signature
 
     signers = allowed_signers or channel.allowed_signers
     required = channel.require_signature or allowed_signers is not None

@@ -443,25 +443,13 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
     return result
 
 
-def refuse_local_only(wheels: Any, verb: str) -> None:
-    """A wheel built with [substitutes] never leaves the host (sources/substitute.py)."""
-    from sglforge.sources.substitute import substitute_problem
-
-    problems = [p for w in wheels
-                if (p := substitute_problem(w.provenance.substitutes, str(w.file)))]
-    if problems:
-        raise SglforgeError(f"{verb}: refused: " + "; ".join(problems),
-                            hint="remove the [substitutes] from the user config once the "
-                                 "pinned sources can be fetched, and rebuild")
-
-
 def stack_files(wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...],
                 runtime: bool = True) -> tuple[list[IndexFile], int]:
     """The files of the stack `bundle` ships, as IndexFiles: our wheels (wheels/, checked
     against manifest.json and the lock, sha256 included) and, with `runtime`, every
     wheelhouse file whose sha256 a third-party pin of the lock allows (a pin without one is
     an error naming it). Returns (files, third-party pins left out)."""
-    from sglforge.smoke.wheelset import load_wheelset
+    from sglforge.wheel.wheelset import load_wheelset, refuse_local_only
     from sglforge.wheel.bundle import cached_sha256, find_runtime_wheels
 
     wheelset = load_wheelset(wheels_dir, lock)

@@ -1,7 +1,7 @@
 """Reproducibility lint: no wheel member may contain the build root or interpreter paths.
 
 After a build every ELF and text member of the wheel is searched for the paths of the
-machine it was built on (build/prefixmap.py `leak_needles`: the build root, the build
+machine it was built on (builder/prefixmap.py `leak_needles`: the build root, the build
 interpreter's prefix and base prefix). A hit means the wheel's bytes depend on where the
 tool ran, so the build fails naming each member, like the arch audit. The provenance
 stamp (`*.dist-info/sglforge-build.json`) records the build root on purpose and is skipped.
@@ -88,5 +88,5 @@ def check_wheel(wheel: Path, needles: list[str]) -> None:
     if leaks:
         raise SglforgeError(render(wheel, leaks),
                             hint="a compiler invocation missed the prefix maps "
-                                 "(build/prefixmap.py), or a build script writes absolute "
+                                 "(builder/prefixmap.py), or a build script writes absolute "
                                  "paths into a package file: patch it or exclude the member")

@@ -1,7 +1,7 @@
 """`<dist-info>/sglforge-build.json`: what a wheel was built from. The one owner of the format.
 
 The build writes it (`normalize.postprocess` stamps the wheel's version in); the smoke reads it
-from wheel files (`smoke.wheelset`) and from installed dist-info directories
+from wheel files (`wheel.wheelset`) and from installed dist-info directories
 (`smoke.environment`); tests fabricate it through the same type. The file, not the manifest's
 copy, is the authority.
 
@@ -53,7 +53,7 @@ class Provenance:
     #                                                     tree (the tree the build used)
     patches: tuple[dict[str, Any], ...] | None = None  # series entries: name, sha256
     series_sha256: str | None = None
-    # the upstream's `git write-tree` after the series: what was compiled (build/verify.py
+    # the upstream's `git write-tree` after the series: what was compiled (builder/verify.py
     # checks it; a peer re-derives it with git alone)
     tree: str | None = None
     sha256: str | None = None  # an archive upstream's sha256 (then `commit` is sha256:<hex>)
@@ -70,7 +70,7 @@ class Provenance:
     # [substitutes]: pinned inputs built from a local directory instead (sources/substitute.py):
     # name, pinned, url, tree, path, reason; such a wheel never leaves the host
     substitutes: tuple[dict[str, Any], ...] | None = None
-    # "--unsafe-no-sandbox": upstream build code ran without the sandbox (build/sandbox.py)
+    # "--unsafe-no-sandbox": upstream build code ran without the sandbox (builder/sandbox.py)
     unsandboxed: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 

@@ -2,11 +2,11 @@
 pumped into a Unix socket (stdlib only; run by path, `python -I netbridge.py PORT SOCKET --
 CMD…`).
 
-The build's network namespace (build/sandbox.py; `unshare -n` with --unsafe-no-sandbox) has
+The build's network namespace (builder/sandbox.py; `unshare -n` with --unsafe-no-sandbox) has
 only a loopback interface. ccache's HTTP client needs TCP, so this brings loopback up where it
 is down (bubblewrap brings it up already), listens on 127.0.0.1:PORT and connects each client
 to SOCKET, a filesystem Unix socket served by sglforge's cache proxy outside the namespace
-(build/cacheproxy.py; the socket's directory is bound into the sandbox), which authenticates
+(builder/cacheproxy.py; the socket's directory is bound into the sandbox), which authenticates
 and enforces read-only; the bridge itself only carries bytes and holds no credential.
 Nothing else can leave the namespace. It runs inside the sandbox, without capabilities, as
 the build's first process; the command runs as its child in the same session, so

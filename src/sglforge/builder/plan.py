@@ -118,7 +118,7 @@ def _build_steps(project: Project, lock: Lockfile, target: str | None = None) ->
     """One line per recipe, in dependency order (nothing when there are no recipes yet)."""
     if not project.recipes_dir.is_dir() or not project.toolchain.exists():
         return []
-    from sglforge.build.scheduler import build_order
+    from sglforge.builder.scheduler import build_order
     from sglforge.inputs.recipes import load_recipes
     from sglforge.inputs.targets import load_target
     from sglforge.inputs.toolchain import load_toolchain
@@ -162,8 +162,8 @@ def build_matrix(project: Project, settings: Settings, *, use_remote: bool = Tru
     theirs and gets their wheels from the remote cache. `wave` is the DAG level among the
     missing recipes (0: needs nothing), for CI systems without intra-matrix ordering.
     """
-    from sglforge.build.pipeline import BuildOptions, load_inputs, remote_tier
-    from sglforge.build.wheelcache import WheelCache
+    from sglforge.builder.pipeline import BuildOptions, load_inputs, remote_tier
+    from sglforge.builder.wheelcache import WheelCache
 
     inputs = load_inputs(project, settings, target=target)
     keys = inputs.keys(settings.build_root)

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.base.fs import sha256_file
-from sglforge.smoke.tinymodel import MARKER as TINY_MARKER
+
+# the file that marks a directory as a tiny model sglforge wrote (smoke/tinymodel.py)
+TINY_MARKER = "sglforge-tiny-model.json"
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

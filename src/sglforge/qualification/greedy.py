@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sglforge.smoke import http
+from sglforge.base import http
 
 
 @dataclass(frozen=True)

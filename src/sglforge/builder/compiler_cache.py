@@ -6,10 +6,10 @@ Which cache a build uses (cli/build.py resolves it; `verify` never uses one):
     --compiler-cache ccache|sccache|none   >   [compiler-cache] kind / SGLFORGE_COMPILER_CACHE_KIND
     a [compiler-cache] table (or a remote) without `kind` turns ccache on; no table: off
 
-**ccache** wraps nvcc (through the nvcc wrapper, build/environment.py) and CMake's C/C++
+**ccache** wraps nvcc (through the nvcc wrapper, builder/environment.py) and CMake's C/C++
 compiles, with `CCACHE_DIR=<cache-dir>/ccache` (or `[compiler-cache] dir`). A remote (`remote = "redis://…"`,
 `"redis+unix:…"` or `"http://…"`) is reached only through sglforge's proxy
-(build/cacheproxy.py), which holds the URL's credentials and enforces read-only per protocol;
+(builder/cacheproxy.py), which holds the URL's credentials and enforces read-only per protocol;
 ccache gets `CCACHE_REMOTE_STORAGE` naming the proxy, without credentials (`|read-only` added
 with `read-only = true`, so ccache does not even try to write). Checked on ccache 4.7.5
 (Debian):
@@ -24,7 +24,7 @@ with `read-only = true`, so ccache does not even try to write). Checked on ccach
   set of recipes (which changes the full fingerprint's build requirements) still hits;
 - builds run in a network namespace (`unshare -n`) where even loopback is down. The proxy
   listens on a filesystem Unix socket (those cross network namespaces): Redis becomes
-  `redis+unix:<socket>`; for HTTP, a bridge inside the namespace (build/netbridge.py) brings
+  `redis+unix:<socket>`; for HTTP, a bridge inside the namespace (builder/netbridge.py) brings
   loopback up and carries a local port into the socket (ccache then sends `Host:
   127.0.0.1:PORT`; the proxy sends the configured host). Without a network namespace the
   same proxy is used;
@@ -71,7 +71,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from sglforge.base.credentials import mask_url, url_syntax_problem
 from sglforge.base.errors import SglforgeError
-from sglforge.build.cacheproxy import Upstream
+from sglforge.builder.cacheproxy import Upstream
 
 KINDS = ("ccache", "sccache", "none")
 REMOTE_SCHEMES = ("redis", "redis+unix", "http")
@@ -201,7 +201,7 @@ def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# reaching the remote: always through sglforge's proxy (build/cacheproxy.py)
+# reaching the remote: always through sglforge's proxy (builder/cacheproxy.py)
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def tool_dir(cache: CompilerCache | None, cache_dir: Path, configured: Path | No
     return configured or cache_dir / (cache.kind if cache else "ccache")
 
 
-CONFIG_TEXT = ("# written by sglforge (build/compiler_cache.py) before every build: the only\n"
+CONFIG_TEXT = ("# written by sglforge (builder/compiler_cache.py) before every build: the only\n"
                "# ccache configuration a build reads (CCACHE_CONFIGPATH); every setting is\n"
                "# in the build's environment. A ccache.conf in the cache directory or HOME,\n"
                "# which a build could have written, is never read.\n")
@@ -302,7 +302,7 @@ def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
         # its config file is sglforge's too (an empty one), never one from the build's HOME
         return ({"SCCACHE_DIR": str(tool_dir), "SCCACHE_CONF": str(config)} if config
                 else {"SCCACHE_DIR": str(tool_dir)}), defines
-    # The host compiler wrappers (build/prefixmap.py) are rewritten by every build, so ccache's
+    # The host compiler wrappers (builder/prefixmap.py) are rewritten by every build, so ccache's
     # default mtime check would never hit after a clean build root; their content names the
     # real compiler's path, size and mtime, so hashing content stays safe.
     env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(tool_dir),

@@ -13,7 +13,7 @@ scripts) run in a sandbox made of kernel namespaces, each one named explicitly (
   namespace) exits and the kernel kills everything left in it — a daemon that setsid()s and
   double-forks does not outlive its step. `--die-with-parent` does the same if sglforge dies;
 - *net*: only loopback. The one way out is the compiler cache's proxy socket, bound in when a
-  remote cache is configured (build/cacheproxy.py, build/netbridge.py);
+  remote cache is configured (builder/cacheproxy.py, builder/netbridge.py);
 - no capabilities (`--cap-drop ALL`), no_new_privs, a new session (no TIOCSTI into the
   caller's terminal).
 

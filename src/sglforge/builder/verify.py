@@ -28,7 +28,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import remove_tree
 from sglforge.base.requirements import canonical_name, parse_pinned
 from sglforge.base.tomlfile import read_input_text
-from sglforge.build.pipeline import BuildOptions, run_build, target_wheels_dir
+from sglforge.builder.pipeline import BuildOptions, run_build, target_wheels_dir
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import recipe_names
 from sglforge.inputs.settings import Settings
@@ -246,7 +246,7 @@ def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (
     """`verify --trees`: what a peer checks without compiling. For each wheel, export its
     pin afresh, apply its series, and compare `git write-tree` (and each input's tree) with
     the tree its provenance records; the series must be the one recorded."""
-    from sglforge.build.pipeline import source_trees
+    from sglforge.builder.pipeline import source_trees
     from sglforge.inputs.pins import parse_lockfile
     from sglforge.inputs.recipes import load_recipes
     from sglforge.inputs.toolchain import load_toolchain

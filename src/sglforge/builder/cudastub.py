@@ -6,7 +6,7 @@ driver API function, SONAME libcuda.so.1), and a host with a driver has the real
 installed without it, on a host without a driver (this project's build hosts), cannot link such
 an extension at all ("cannot find -lcuda"), and no pip wheel carries the driver.
 
-So, as a gap of `cuda-from-toolchain` (build/environment.py cuda_gap_env), sglforge builds the
+So, as a gap of `cuda-from-toolchain` (builder/environment.py cuda_gap_env), sglforge builds the
 same kind of stub: a shared object with SONAME `libcuda.so.1` defining every function the
 toolkit's driver headers declare. The linker then records `NEEDED libcuda.so.1`, exactly as
 with NVIDIA's stub, and leaves the symbols undefined for the real driver at run time. The stub
@@ -71,7 +71,7 @@ def write_stub(target: Path, cuda_home: Path, compiler: str | None = None) -> in
     names = driver_symbols(cuda_home, compiler)
     with tempfile.TemporaryDirectory(prefix=".libcuda-stub-", dir=target.parent) as scratch:
         source = Path(scratch) / "libcuda_stub.c"
-        source.write_text("/* link stub written by sglforge (build/cudastub.py) */\n"
+        source.write_text("/* link stub written by sglforge (builder/cudastub.py) */\n"
                           + "".join(f"void {name}(void) {{}}\n" for name in names))
         built = Path(scratch) / target.name
         # no libc, no build id, no debug info: the same bytes for the same compiler and headers

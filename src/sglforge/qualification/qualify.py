@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglforge.smoke import gates, reference
-from sglforge.smoke.checks import CheckContext, CheckResult
-from sglforge.smoke.identity import model_identity
-from sglforge.smoke.receipt import build_receipt, wheel_set, write_receipt
+from sglforge.qualification import gates, reference
+from sglforge.qualification.results import CheckResult
+from sglforge.qualification.identity import model_identity
+from sglforge.qualification.receipt import build_receipt, wheel_set, write_receipt
 
 TINY_LIMITATION = ("tiny random-weight model (sglforge tiny-model): proves the stack serves "
                    "and computes consistently (PD = colocated, run = reference), not model "
@@ -43,9 +43,10 @@ def prepare(opts: Any, qual: RunFacts) -> None:
         gates.load_questions(opts.profile.gates.accuracy)  # the sha256 is checked up front
 
 
-def run_qualification(opts: Any, ctx: CheckContext, qual: RunFacts) -> list[CheckResult]:
+def run_qualification(opts: Any, router_url: str, timeout: float, qual: RunFacts
+                      ) -> list[CheckResult]:
     profile = opts.profile
-    results = gates.run_gates(ctx.router_url, profile.gates, ctx.timeout,
+    results = gates.run_gates(router_url, profile.gates, timeout,
                               profile.checks.words_per_token)
     if opts.record_reference is None and qual.reference is None:
         return results
@@ -54,9 +55,9 @@ def run_qualification(opts: Any, ctx: CheckContext, qual: RunFacts) -> list[Chec
              "host": _host(opts, qual)}
     if opts.record_reference is not None:
         spec = profile.reference
-        generations = reference.collect(ctx.router_url, profile.equivalence.all_prompts(),
+        generations = reference.collect(router_url, profile.equivalence.all_prompts(),
                                         profile.equivalence.max_new_tokens, spec.top_k,
-                                        ctx.timeout)
+                                        timeout)
         ref = reference.new_reference(generations, model=qual.model, stack=stack,
                                       top_k=spec.top_k,
                                       max_new_tokens=profile.equivalence.max_new_tokens,
@@ -71,8 +72,8 @@ def run_qualification(opts: Any, ctx: CheckContext, qual: RunFacts) -> list[Chec
             results.append(CheckResult("record-reference", False, str(exc)))
     if qual.reference is not None:
         ref = qual.reference
-        run = reference.collect(ctx.router_url, tuple(g.prompt for g in ref.generations),
-                                ref.max_new_tokens, ref.top_k, ctx.timeout)
+        run = reference.collect(router_url, tuple(g.prompt for g in ref.generations),
+                                ref.max_new_tokens, ref.top_k, timeout)
         observed = opts.run_dir / "reference-observed.json"
         try:  # what this run saw, in reference form: compared again offline if need be
             reference.write_reference(observed, reference.new_reference(

@@ -26,9 +26,9 @@ from typing import Any
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_text
-from sglforge.smoke.checks import CheckResult
-from sglforge.smoke.greedy import Generation, first_difference, generate, short
-from sglforge.smoke.qualprofile import ReferenceSpec
+from sglforge.qualification.results import CheckResult
+from sglforge.qualification.greedy import Generation, first_difference, generate, short
+from sglforge.qualification.qualprofile import ReferenceSpec
 
 KIND = "sglforge-reference"
 SCHEMA = 1

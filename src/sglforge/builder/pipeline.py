@@ -13,8 +13,8 @@ The pipeline, one named step each, with timings printed at the end:
     audit     cuobjdump: required SASS in every device-code ELF
     leak scan no ELF or text member contains the build root or interpreter paths (wheel/leaks.py)
     store     into the wheel cache (<cache>/wheels/<key>/)
-    upload    into the remote wheel cache, unless read-only (build/wheelcache.py)
-  --dev RECIPE (build/devtree.py): that recipe's tree and build directory persist between
+    upload    into the remote wheel cache, unless read-only (builder/wheelcache.py)
+  --dev RECIPE (builder/devtree.py): that recipe's tree and build directory persist between
             builds; prepare syncs a strict export + series into them (only changed files are
             written); the wheel is labelled `.dev`, never stored in the wheel cache, and goes
             to <build-root>/dev-wheels/ unless --publish-dev
@@ -47,19 +47,19 @@ from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
 from sglforge.base.procgroup import interrupts_deferred, run_in_session
 from sglforge.base.steps import Steps
-from sglforge.build import compiler_cache, environment, prefixmap, sandbox
-from sglforge.build.cacheproxy import CacheProxy
-from sglforge.build.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
-from sglforge.build.key import BUILD_FORMAT, BuildKey, compute_key
+from sglforge.builder import compiler_cache, environment, prefixmap, sandbox
+from sglforge.builder.cacheproxy import CacheProxy
+from sglforge.builder.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
+from sglforge.builder.key import BUILD_FORMAT, BuildKey, compute_key
 from sglforge.sources.substitute import (
     label_segment,
     provenance_records,
     substitute_trees,
     substitutes_for,
 )
-from sglforge.build.mesonwraps import is_meson_project, place_wrap_inputs
-from sglforge.build.scheduler import JobPlan, Machine, build_order, plan_jobs
-from sglforge.build.wheelcache import (
+from sglforge.builder.mesonwraps import is_meson_project, place_wrap_inputs
+from sglforge.builder.scheduler import JobPlan, Machine, build_order, plan_jobs
+from sglforge.builder.wheelcache import (
     CacheEntry,
     DownloadLimits,
     ExpectedWheel,
@@ -116,7 +116,7 @@ class BuildOptions:
     wheelhouse: Path | None = None  # local wheels for recipes with isolation = true
     out_dir: Path | None = None  # None: publish to the project's wheels/ and lockfile
     progress_interval: float = 30.0
-    dev: bool = False  # incremental build of the one named recipe (build/devtree.py)
+    dev: bool = False  # incremental build of the one named recipe (builder/devtree.py)
     publish_dev: bool = False  # dev wheels into wheels/ and the lock (else <root>/dev-wheels)
     target: str | None = None  # targets/<name>.toml (None: the product); wheels/targets/<name>
     sandbox: bool = True  # False: --unsafe-no-sandbox (printed, in provenance and key)
@@ -221,7 +221,7 @@ def prepare_source(lock: Lockfile, recipe: Recipe, series: PatchSeries,
 def _place_meson_wraps(lock: Lockfile, recipe: Recipe, settings: Settings, root: BuildRoot,
                        tree: Path) -> dict[str, Path]:
     """Meson ignores FETCHCONTENT_SOURCE_DIR_*: its pinned wrap inputs go into the tree's
-    package cache (build/mesonwraps.py). Every input is still exported as for CMake, for its
+    package cache (builder/mesonwraps.py). Every input is still exported as for CMake, for its
     tree id; returns those directories."""
     exported = {pin.name: export_source(lock, pin.name, root.dep(pin.name), settings).path
                 for pin in lock.fetchcontent(recipe.upstream)}
@@ -521,7 +521,7 @@ def _prepare(ctx: _Context, job: _WheelJob) -> None:
 @dataclass(frozen=True)
 class _Invocation:
     cmd: list[str]  # the frontend command, as the log and an error show it
-    wrapped: list[str]  # what runs: the command in its sandbox (build/sandbox.py)
+    wrapped: list[str]  # what runs: the command in its sandbox (builder/sandbox.py)
     env: dict[str, str]
     dist: Path  # where the backend writes the wheel
     log: Path
@@ -535,7 +535,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     assert prepared is not None
     work = root.work(recipe.name)
     dist, build_dir, site = work / "dist", work / "build", work / "site"
-    # a dev build keeps its build directory (build/devtree.py); a release build starts empty
+    # a dev build keeps its build directory (builder/devtree.py); a release build starts empty
     for path in ([dist, site] if job.dev is not None else [work]):
         remove_tree(path)
     for path in (dist, build_dir, root.home, root.tmp):
@@ -578,7 +578,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     proxy, storage, bridge = None, None, []
     if cache and cache.kind == "ccache" and cache.remote:
         # the build's ccache talks to sglforge's proxy, which holds the credentials and
-        # enforces read-only (build/cacheproxy.py); no credential enters `env`
+        # enforces read-only (builder/cacheproxy.py); no credential enters `env`
         remote = compiler_cache.plan_remote(cache.remote)
         # a connection per compile job at most, with room for the bridge's own
         proxy = CacheProxy(remote.upstream, read_only=cache.read_only,
@@ -630,7 +630,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
 
 def _sandboxed(ctx: _Context, recipe: Recipe, cmd: list[str], cwd: Path,
                writable: list[Path], inputs: list[Path]) -> tuple[list[str], str]:
-    """`cmd` in the build sandbox (build/sandbox.py) and how the log describes it: writable
+    """`cmd` in the build sandbox (builder/sandbox.py) and how the log describes it: writable
     only `writable` and a private HOME/TMP; read-only the system, the interpreter, CUDA, the
     tools dir, a wheelhouse and `inputs`. With --unsafe-no-sandbox: as the caller, in a
     network namespace where one can be made."""
@@ -776,7 +776,7 @@ def _build_one(ctx: _Context, recipe: Recipe, series: PatchSeries, key: BuildKey
     print(f"==> {recipe.name}: {mode} (key {key.short})", flush=True)
     job = _WheelJob(recipe, series, key, deps, staging,
                     dev=_dev_workspace(ctx, recipe) if dev else None)
-    # a dev build's tree is parked again whatever happens (build/devtree.py)
+    # a dev build's tree is parked again whatever happens (builder/devtree.py)
     with job.dev.live() if job.dev is not None else contextlib.nullcontext():
         ctx.report.steps.execute((f"{recipe.name}: {name}", functools.partial(step, ctx, job))
                                  for name, step in _wheel_steps(recipe))
@@ -919,7 +919,7 @@ def load_inputs(project: Project, settings: Settings,
 
 
 def build_sandbox(options: BuildOptions) -> sandbox.Bubblewrap | None:
-    """The sandbox builds run in (build/sandbox.py); None only with --unsafe-no-sandbox,
+    """The sandbox builds run in (builder/sandbox.py); None only with --unsafe-no-sandbox,
     which is said here and recorded in each wheel built. No sandbox: SandboxUnavailable."""
     if not options.sandbox:
         print(f"WARNING: {sandbox.UNSAFE_FLAG}: upstream build code runs WITHOUT a sandbox, "
@@ -933,7 +933,7 @@ def build_sandbox(options: BuildOptions) -> sandbox.Bubblewrap | None:
 
 def secret_files(settings: Settings) -> tuple[Path, ...]:
     """Files a build must never see even inside a bound directory: sglforge's config file
-    and the netrc/credential files of the caller (build/sandbox.py masks them)."""
+    and the netrc/credential files of the caller (builder/sandbox.py masks them)."""
     home = Path.home()
     found = [settings.config_path] if settings.config_path else []
     found += [home / ".netrc", home / "_netrc", home / ".git-credentials",

@@ -142,3 +142,15 @@ def load_wheelset(wheels_dir: Path, lock_path: Path) -> WheelSet:
             f"the manifest and {lock_path} must describe the same wheels; rebuild with "
             "`nox -s build` (it writes both)"])
     return WheelSet(wheels=tuple(wheels), lock=lock, lock_path=lock_path, wheels_dir=wheels_dir)
+
+
+def refuse_local_only(wheels: Any, verb: str) -> None:
+    """A wheel built with [substitutes] never leaves the host (sources/substitute.py)."""
+    from sglforge.sources.substitute import substitute_problem
+
+    problems = [p for w in wheels
+                if (p := substitute_problem(w.provenance.substitutes, str(w.file)))]
+    if problems:
+        raise SglforgeError(f"{verb}: refused: " + "; ".join(problems),
+                            hint="remove the [substitutes] from the user config once the "
+                                 "pinned sources can be fetched, and rebuild")

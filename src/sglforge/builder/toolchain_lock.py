@@ -30,7 +30,7 @@ torch's version in the lock: PyPI cannot host local versions, so its cu130 torch
 (`check_against_pins`); the variant itself is checked on the installed files before a build
 (inputs/toolchain.py reads torch/version.py).
 
-Regenerate (README "Toolchain lock"): `python -m sglforge.build.toolchain_lock` prints the
+Regenerate (README "Toolchain lock"): `python -m sglforge.builder.toolchain_lock` prints the
 commands (uv pip compile --generate-hashes, then `... assemble` writes the file) for the pins
 in toolchain.toml; `... constraints` prints the [build] pins the torch resolution must keep.
 """
@@ -162,7 +162,7 @@ def install_plan(lock: ToolchainLock, with_torch: bool, index: str | None,
         if not entries:
             if section == "torch":
                 raise LockError(f"{lock.path}: no [torch] section, but a selected recipe "
-                                "needs torch (python -m sglforge.build.toolchain_lock prints "
+                                "needs torch (python -m sglforge.builder.toolchain_lock prints "
                                 "how to generate it)")
             continue
         url = index_for(section, index, torch_index)
@@ -199,10 +199,10 @@ GENERATE = """\
 COMPILE="uv pip compile --no-config --generate-hashes --no-header --no-annotate
     --python-version {python} --python-platform x86_64-manylinux_2_28"
 $COMPILE --index-url {index} build.in -o build.lock    # build.in: [build-requires] pins
-python -m sglforge.build.toolchain_lock constraints build.lock > build-constraints.txt
+python -m sglforge.builder.toolchain_lock constraints build.lock > build-constraints.txt
 echo 'torch=={torch_public}' > torch.in      # torch and its dependencies, [build] kept as is:
 $COMPILE --index-url {index} --constraint build-constraints.txt torch.in -o torch.lock
-{variant}python -m sglforge.build.toolchain_lock assemble build.lock torch.lock{variant_arg} \\
+{variant}python -m sglforge.builder.toolchain_lock assemble build.lock torch.lock{variant_arg} \\
     > toolchain.lock && mv toolchain.lock lockfiles/toolchain.lock
 # to keep the committed [build] section: skip the first compile and pass
 # lockfiles/toolchain.lock where build.lock stands (both subcommands read its [build])
@@ -253,12 +253,12 @@ def constraints(build_text: str) -> str:
 
 HEADER = """\
 # lockfiles/toolchain.lock: every build requirement, hash-pinned (format and install rules:
-# src/sglforge/build/toolchain_lock.py). Installed section by section with
+# src/sglforge/builder/toolchain_lock.py). Installed section by section with
 # `pip install --require-hashes --no-deps --only-binary :all: --index-url <index>` and no
 # pip.conf. Generated with uv {uv} for python {python}, x86_64-manylinux_2_28:
-# `python -m sglforge.build.toolchain_lock` prints the commands (uv pip compile
+# `python -m sglforge.builder.toolchain_lock` prints the commands (uv pip compile
 # --generate-hashes; [torch-deps] resolved with [build]'s versions as constraints), then
-# `python -m sglforge.build.toolchain_lock assemble` writes this file.
+# `python -m sglforge.builder.toolchain_lock assemble` writes this file.
 # Sections build and torch-deps: {index}
 # Section torch: torch=={torch_locked} from {torch_index}
 # (toolchain.toml pins {torch}{variant_note}).
@@ -312,7 +312,7 @@ def _main(args: list[str]) -> None:
                                   data))
         return
     if args:
-        sys.exit("usage: python -m sglforge.build.toolchain_lock "
+        sys.exit("usage: python -m sglforge.builder.toolchain_lock "
                  "[constraints BUILD.lock | assemble BUILD.lock TORCH.lock [TORCH-VARIANT.lock]]")
     index = data.get("index", DEFAULT_INDEX)
     torch_index = data.get("torch-index", DEFAULT_INDEX)

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglforge.base.errors import SglforgeError
-from sglforge.smoke import http
-from sglforge.smoke.checks import CheckResult, needle_prompt
-from sglforge.smoke.qualprofile import AccuracyGate, GatesSpec, LongOutputGate, NeedleGate
+from sglforge.base import http
+from sglforge.qualification.needle import needle_prompt
+from sglforge.qualification.results import CheckResult
+from sglforge.qualification.qualprofile import AccuracyGate, GatesSpec, LongOutputGate, NeedleGate
 
 MAX_QUESTIONS = 10_000
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

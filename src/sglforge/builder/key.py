@@ -8,7 +8,7 @@ compiler cache, mirrors, where sglforge itself is checked out.
 Where the build interpreter lives (its prefix and base prefix: `.nox/build`, `.nox/verify`)
 is not in the content key stamped into the wheel, because the bytes do not depend on it: it
 is prefix-mapped in every compile and a wheel containing it fails the build
-(build/prefixmap.py, wheel/leaks.py). It is in the local wheel *cache* key (`cache_value`),
+(builder/prefixmap.py, wheel/leaks.py). It is in the local wheel *cache* key (`cache_value`),
 so a local cache entry is only ever served to the interpreter location it was built from.
 
 The remote (shared) tier is keyed by `remote_value`: the content key plus the interpreter's
@@ -20,7 +20,7 @@ Leaving it out is sound because a wheel's bytes do not depend on it (the prefix 
 leak scan above; `nox -s realcheck` and tests/test_reproducible_paths.py build from two
 interpreter locations and compare bytes), and because the remote tier never trusts an entry
 by its address alone: the downloaded wheel must match `entry.json`'s sha256 and its stamped
-`content_key` must be the key looked up (build/wheelcache.py). What the content key does
+`content_key` must be the key looked up (builder/wheelcache.py). What the content key does
 hold still has to match across hosts: the pins, series, recipe, toolchain fingerprint
 (nvcc, compiler, cmake, Python, build requirements, torch) and the build root — CI runners
 therefore use the same toolchain image and the same `build-root`. `nox -s verify --
@@ -103,7 +103,7 @@ def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
     }
     if target is not None:  # the product's keys stay as they were; a target's differ
         inputs["target"] = target
-    if unsandboxed:  # --unsafe-no-sandbox (build/sandbox.py): never a sandboxed build's key
+    if unsandboxed:  # --unsafe-no-sandbox (builder/sandbox.py): never a sandboxed build's key
         inputs["unsandboxed"] = True
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return BuildKey(hashlib.sha256(blob).hexdigest())

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglforge.smoke.checks import CheckContext, CheckResult
-from sglforge.smoke.greedy import Generation, first_difference, generate, short
-from sglforge.smoke.qualprofile import EquivalenceSpec
+from sglforge.qualification.results import CheckResult
+from sglforge.qualification.greedy import Generation, first_difference, generate, short
+from sglforge.qualification.qualprofile import EquivalenceSpec
 
 
 def compare(pd: list[Generation], colocated: list[Generation],
@@ -74,10 +74,10 @@ def collect(url: str, spec: EquivalenceSpec, timeout: float) -> list[Generation]
     return [generate(url, p, spec.max_new_tokens, timeout) for p in spec.all_prompts()]
 
 
-def check_equivalence(ctx: CheckContext) -> CheckResult:
+def check_equivalence(router_url: str, colocated_url: str | None,
+                      spec: EquivalenceSpec | None, timeout: float) -> CheckResult:
     """Both sides now (the colocated server runs beside the pair)."""
-    spec = ctx.equivalence
-    if spec is None or ctx.colocated_url is None:
+    if spec is None or colocated_url is None:
         return CheckResult("equivalence", False, "no colocated server in this run")
-    return compare(collect(ctx.router_url, spec, ctx.timeout),
-                   collect(ctx.colocated_url, spec, ctx.timeout), spec)
+    return compare(collect(router_url, spec, timeout), collect(colocated_url, spec, timeout),
+                   spec)

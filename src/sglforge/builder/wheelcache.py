@@ -6,10 +6,10 @@ An entry is the finished wheel (normalized, stamped, audited) and `entry.json`
 match the recorded sha256, otherwise the entry counts as absent and the next build overwrites
 it. The wheel is hashed only when its stat stamp (size, mtime_ns, ctime_ns, inode, recorded
 when the entry was stored) changed: a no-op build of a multi-GB wheel set reads no wheel. Keys
-are `BuildKey.cache_value` (build/key.py). Entries are written atomically (wheel first, then
+are `BuildKey.cache_value` (builder/key.py). Entries are written atomically (wheel first, then
 entry.json), so an interrupted store leaves no entry.
 
-The remote tier (`RemoteWheelCache`, keys `BuildKey.remote_value`, build/key.py) holds the
+The remote tier (`RemoteWheelCache`, keys `BuildKey.remote_value`, builder/key.py) holds the
 same entries on a `RemoteStore` (base/remotestore.py): each file goes up under a temporary
 name and is MOVEd into place, the wheel first and `entry.json` last — `entry.json` is the
 commit marker, so an interrupted upload is never an entry.

@@ -2,18 +2,18 @@
 
 - Fixed absolute build root; HOME and TMPDIR inside it; LANG/TZ fixed; PYTHONHASHSEED=0.
 - SOURCE_DATE_EPOCH = the pinned commit's time.
-- No network: the build runs in the sandbox's network namespace (build/sandbox.py; with
+- No network: the build runs in the sandbox's network namespace (builder/sandbox.py; with
   --unsafe-no-sandbox, `unshare -n`/`unshare -rn` where available), and always with proxies
   pointing at a closed port, PIP_NO_INDEX=1 and FETCHCONTENT_FULLY_DISCONNECTED=ON, so a
   download attempt fails loudly.
 - An `nvcc` wrapper first on PATH (also CUDACXX, PYTORCH_NVCC, FLASHINFER_NVCC) adds, per
   compiled file, `-objtemp` and `-frandom-seed=<hash of source and output paths relative to
   the build root>`, plus `-Xcompiler -ffile-prefix-map=...` for the build root and the build
-  interpreter (build/prefixmap.py; cc/gcc/c++/g++ wrappers add the same maps to every host
+  interpreter (builder/prefixmap.py; cc/gcc/c++/g++ wrappers add the same maps to every host
   compile, CC/CXX point at them); nvcc output depends on absolute paths even so, which is
   why the root is fixed (see reference/reproducibility.md). The optional compiler cache hooks
   in here too: the wrapper launches nvcc through `$SGLFORGE_COMPILER_CACHE` when set (ccache
-  only; build/compiler_cache.py says why sccache never wraps nvcc).
+  only; builder/compiler_cache.py says why sccache never wraps nvcc).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
 from sglforge.base.fs import remove_tree
-from sglforge.build import cudastub, prefixmap
+from sglforge.builder import cudastub, prefixmap
 
 CLOSED_PROXY = "http://127.0.0.1:9"
 
 NVCC_WRAPPER = '''#!{python}
-"""nvcc wrapper written by sglforge (build/environment.py): stable seeds and temp names per file."""
+"""nvcc wrapper written by sglforge (builder/environment.py): stable seeds and temp names per file."""
 import hashlib, os, sys
 
 real = os.environ["SGLFORGE_REAL_NVCC"]
@@ -139,7 +139,7 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
              real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
     """The environment every build starts from (the caller's environment is not inherited).
 
-    Writes the host compiler wrappers into the tools dir (build/prefixmap.py)."""
+    Writes the host compiler wrappers into the tools dir (builder/prefixmap.py)."""
     path = os.pathsep.join([str(root.tools_bin), search_path(cuda_home)])
     wrapper = str(root.tools_bin / "nvcc")
     prefix_map = " ".join(prefixmap.map_flags(root.path))
@@ -194,7 +194,7 @@ def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
     for every library the wheels ship as `libX.so.N`: to the toolkit's own `libX.so` where it
     has one, else to the wheel's file (the linker resolves `-lcublas` there; the ELF still
     records the SONAME libcublas.so.N). A toolkit without any `libcuda.so` (no driver, no
-    `lib64/stubs`) gets a link stub of the driver library there (build/cudastub.py), so
+    `lib64/stubs`) gets a link stub of the driver library there (builder/cudastub.py), so
     `-lcuda` links and records libcuda.so.1. Returns (env, lib dir, the gaps filled)."""
     wheels = nvidia_wheel_dir(site_packages, cuda_major)
     gaps = root.path / "tools" / CUDA_GAPS

@@ -14,7 +14,7 @@ ninja builds and CMake projects that set CMAKE_<LANG>_FLAGS do not. So the maps 
 by wrappers: `cc`, `gcc`, `c++`, `g++` in the build's tools dir (first on PATH, and CC/CXX
 point at them; setuptools, torch cpp_extension, tvm_ffi.cpp and CMake all honour CC/CXX),
 and the nvcc wrapper passes them to the host compiler (`-Xcompiler`). The interpreter
-location still goes into the content key (build/key.py), and the wheel's members are scanned
+location still goes into the content key (builder/key.py), and the wheel's members are scanned
 for all of these paths afterwards (wheel/leaks.py), so a path that slips through fails the
 build instead of making it irreproducible.
 """
@@ -68,7 +68,7 @@ def map_flags(build_root: Path) -> list[str]:
 
 
 WRAPPER = """#!/bin/sh
-# compiler wrapper written by sglforge (build/prefixmap.py): drops RPATHs into the build
+# compiler wrapper written by sglforge (builder/prefixmap.py): drops RPATHs into the build
 # interpreter's installation (pyenv-style Pythons put them in LDSHARED), appends prefix maps
 # real compiler: {identity}
 for arg do
