@@ -37,8 +37,9 @@ TOMLI = "tomli>=2.0; python_version < '3.11'"
 
 
 def _sglforge(session: nox.Session, verb: str) -> None:
-    nox_sessions.run_sglforge(session, [sys.executable, "-m", "sglforge", verb,
-                                        *session.posargs], SRC_ENV)
+    nox_sessions.run_sglforge(
+        session, [sys.executable, "-m", "sglforge", verb, *session.posargs], SRC_ENV
+    )
 
 
 @nox.session(python=False)
@@ -65,8 +66,9 @@ def patches(session: nox.Session) -> None:
     """
     if nox_sessions.preflight(session, Path(ROOT), "patches", session.posargs, fetch=False):
         nox_sessions.install_missing(session, UNIDIFF, "unidiff")
-        nox_sessions.run_sglforge(session, ["python", "-m", "sglforge", "patches",
-                                            *session.posargs], SRC_ENV)
+        nox_sessions.run_sglforge(
+            session, ["python", "-m", "sglforge", "patches", *session.posargs], SRC_ENV
+        )
 
 
 @nox.session
@@ -78,8 +80,9 @@ def check(session: nox.Session) -> None:
     if nox_sessions.preflight(session, Path(ROOT), "check", session.posargs, fetch=False):
         nox_sessions.install_missing(session, PACKAGING, "packaging")
         nox_sessions.install_missing(session, TOMLI, "tomli")
-        nox_sessions.run_sglforge(session, ["python", "-m", "sglforge", "check",
-                                            *session.posargs], SRC_ENV)
+        nox_sessions.run_sglforge(
+            session, ["python", "-m", "sglforge", "check", *session.posargs], SRC_ENV
+        )
 
 
 @nox.session(python=False)
@@ -112,8 +115,21 @@ def dev(session: nox.Session) -> None:
     session.install("-e", ".")
     session.run("sglforge", "--help", silent=True)  # the entry point works
     activate = os.path.relpath(os.path.join(session.bin, "activate"), ROOT)
-    session.log(f"sglforge is installed (editable) in {os.path.relpath(session.bin, ROOT)}; "
-                f"activate with:  source {activate}")
+    session.log(
+        f"sglforge is installed (editable) in {os.path.relpath(session.bin, ROOT)}; "
+        f"activate with:  source {activate}"
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Lint and format check with the pinned ruff (CI runs it first).
+
+    ruff check and ruff format --check over the repository. The rules and why each family is
+    on: pyproject.toml [tool.ruff.lint]; the ruff version: lockfiles/lint.lock (hash-pinned)."""
+    session.install("--require-hashes", "--no-deps", "-r", "lockfiles/lint.lock")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session
@@ -147,8 +163,11 @@ def build(session: nox.Session) -> None:
     """
     python = nox_sessions.prepare_toolchain(session, Path(ROOT), "build", session.posargs)
     if python:
-        nox_sessions.run_sglforge(session, [python, "-m", "sglforge", "build",
-                                            *session.posargs], nox_sessions.audit_tools_env())
+        nox_sessions.run_sglforge(
+            session,
+            [python, "-m", "sglforge", "build", *session.posargs],
+            nox_sessions.audit_tools_env(),
+        )
 
 
 @nox.session(python=False, default=False)
@@ -175,8 +194,11 @@ def verify(session: nox.Session) -> None:
     """
     python = nox_sessions.prepare_toolchain(session, Path(ROOT), "verify", session.posargs)
     if python:
-        nox_sessions.run_sglforge(session, [python, "-m", "sglforge", "verify",
-                                            *session.posargs], nox_sessions.audit_tools_env())
+        nox_sessions.run_sglforge(
+            session,
+            [python, "-m", "sglforge", "verify", *session.posargs],
+            nox_sessions.audit_tools_env(),
+        )
 
 
 @nox.session(python=False, default=False)
@@ -198,9 +220,14 @@ def realcheck(session: nox.Session) -> None:
 
     Builds each reachable recipe twice (two caller venvs), compares sha256, audits,
     leak-scans, installs and imports (-- --help). Not part of the tests."""
-    session.run(sys.executable, "-m", "bench.realcheck", *session.posargs,
-                env={"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])},
-                external=True)
+    session.run(
+        sys.executable,
+        "-m",
+        "bench.realcheck",
+        *session.posargs,
+        env={"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])},
+        external=True,
+    )
 
 
 @nox.session(name="lock-runtime", default=False)
@@ -210,15 +237,19 @@ def lock_runtime(session: nox.Session) -> None:
     Rewrites lockfiles/runtime.in from wheels/ (or -- --metadata FILE...) and resolves it
     with uv into the hash-pinned lockfiles/runtime.lock. `-- --check` (is the lock stale?)
     runs offline and installs nothing."""
-    if not nox_sessions.preflight(session, Path(ROOT), "lock-runtime", session.posargs,
-                                  fetch=False):
+    if not nox_sessions.preflight(
+        session, Path(ROOT), "lock-runtime", session.posargs, fetch=False
+    ):
         return
     if "--check" in session.posargs:
         _sglforge(session, "lock-runtime")
         return
     session.install(UV, ".")
-    nox_sessions.run_sglforge(session, ["sglforge", "lock-runtime", *session.posargs],
-                              {"SGLFORGE_UV": os.path.join(session.bin, "uv")})
+    nox_sessions.run_sglforge(
+        session,
+        ["sglforge", "lock-runtime", *session.posargs],
+        {"SGLFORGE_UV": os.path.join(session.bin, "uv")},
+    )
 
 
 @nox.session(python=False, default=False)

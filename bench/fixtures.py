@@ -89,11 +89,14 @@ def tu_source(index: int, count: int, instantiations: int, bias: str = "0.0") ->
     cases = []
     for variant in range(instantiations):
         kind = "float" if variant % 2 == 0 else "double"
-        cases.append(f"    case {variant}: tile_kernel<{bm}, {bn}, {bk}, {kind}, {variant}>"
-                     f"<<<grid, 64>>>((const {kind}*)a, (const {kind}*)b, ({kind}*)c, n, "
-                     f"({kind})1.5); break;")
-    return TU_TEMPLATE.format(index=index, count=count, bias=bias, bm=bm, bn=bn,
-                              cases="\n".join(cases))
+        cases.append(
+            f"    case {variant}: tile_kernel<{bm}, {bn}, {bk}, {kind}, {variant}>"
+            f"<<<grid, 64>>>((const {kind}*)a, (const {kind}*)b, ({kind}*)c, n, "
+            f"({kind})1.5); break;"
+        )
+    return TU_TEMPLATE.format(
+        index=index, count=count, bias=bias, bm=bm, bn=bn, cases="\n".join(cases)
+    )
 
 
 def tu_name(index: int) -> str:
@@ -115,40 +118,48 @@ set_target_properties(benchext PROPERTIES CUDA_ARCHITECTURES "${{BENCHEXT_ARCHS}
 install(TARGETS benchext LIBRARY DESTINATION benchext)
 """,
         "python/benchext/__init__.py": f'"""Benchmark fixture: {n} CUDA translation units."""\n'
-                                       f"TRANSLATION_UNITS = {n}\n",
+        f"TRANSLATION_UNITS = {n}\n",
     }
     for i in range(n):
         files[tu_name(i)] = tu_source(i, n, instantiations)
     return files
 
 
-def make_benchext_project(base: Path, n: int, archs: tuple[str, ...],
-                          instantiations: int) -> FixtureProject:
+def make_benchext_project(
+    base: Path, n: int, archs: tuple[str, ...], instantiations: int
+) -> FixtureProject:
     """A fixture project (as the tests make them) whose one recipe builds `benchext`."""
     project = make_project(base, ())
     mirror = project.mirror / "org" / "benchext"
     commit = upstreams.make_repo(mirror, benchext_files(n, instantiations))
     (project.root / "lockfiles" / "upstreams.toml").write_text(
         f'[[source]]\nname = "benchext"\nurl = "{upstreams.MIRROR_PREFIX}org/benchext"\n'
-        f'commit = "{commit}"\n')
+        f'commit = "{commit}"\n'
+    )
     project.recipe("benchext").write_text(cuda_recipe("benchext", "1.0.0", archs))
     project.commits["benchext"] = commit
     return project
 
 
-def write_one_file_patch(project: FixtureProject, variant: int, n: int,
-                         instantiations: int) -> Path:
+def write_one_file_patch(
+    project: FixtureProject, variant: int, n: int, instantiations: int
+) -> Path:
     """Series = one local patch changing tu_000.cu (its bias constant, so device code changes
     too); a different `variant` gives a different patch, so each run misses every cache for
     that one file."""
     patches = project.root / "patches" / "benchext"
     shutil.rmtree(patches, ignore_errors=True)
     name = f"0001-tune-tu-000-bias-{variant}.patch"
-    message = (f"Tune the bias of TU 0 (variant {variant})\n\n"
-               + DEP3.format(description=f"Benchmark one-file change, variant {variant}"))
-    upstreams.make_patch(project.mirror / "org" / "benchext", name,
-                         {tu_name(0): tu_source(0, n, instantiations, bias=f"0.{variant + 1}")},
-                         message, patches)
+    message = f"Tune the bias of TU 0 (variant {variant})\n\n" + DEP3.format(
+        description=f"Benchmark one-file change, variant {variant}"
+    )
+    upstreams.make_patch(
+        project.mirror / "org" / "benchext",
+        name,
+        {tu_name(0): tu_source(0, n, instantiations, bias=f"0.{variant + 1}")},
+        message,
+        patches,
+    )
     (patches / "series").write_text(name + "\n")
     return patches / name
 
@@ -164,27 +175,31 @@ def patch_series_world(base: Path, count: int, files: int | None = None) -> Worl
     world = World(base)
     repo = world.repo("org/many")
     body = "".join(f"line {j}: the quick brown fox jumps over the lazy dog\n" for j in range(40))
-    pin = repo.commit("initial", {f"src/file_{i:03d}.txt": f"file {i}\n{body}"
-                                  for i in range(files)})
+    pin = repo.commit(
+        "initial", {f"src/file_{i:03d}.txt": f"file {i}\n{body}" for i in range(files)}
+    )
     for i in range(count):
         index = i % files
         path = repo.path / f"src/file_{index:03d}.txt"
         lines = path.read_text().splitlines(keepends=True)
         lines[1 + (i // files) % 40] = f"line changed by patch {i}\n"
         message = f"Change file {index} (patch {i})\n\n" + DEP3.format(
-            description=f"Benchmark patch {i}")
+            description=f"Benchmark patch {i}"
+        )
         repo.commit(message, {f"src/file_{index:03d}.txt": "".join(lines)})
     patches = world.project / "patches" / "many"
     patches.mkdir(parents=True)
     from tests.fixtures.gitrepos import run_git
 
-    run_git(repo.path, "format-patch", "--quiet", "--zero-commit", "-o", str(patches),
-            f"{pin}..HEAD")
+    run_git(
+        repo.path, "format-patch", "--quiet", "--zero-commit", "-o", str(patches), f"{pin}..HEAD"
+    )
     names = sorted(p.name for p in patches.glob("*.patch"))
     if len(names) != count:
         raise RuntimeError(f"expected {count} patches, format-patch wrote {len(names)}")
     (patches / "series").write_text("\n".join(names) + "\n")
     run_git(repo.path, "reset", "--quiet", "--hard", pin)  # the mirror's HEAD is the pin
-    world.write_lockfile(f'[[source]]\nname = "many"\nurl = "{UPSTREAM}org/many"\n'
-                         f'commit = "{pin}"\n')
+    world.write_lockfile(
+        f'[[source]]\nname = "many"\nurl = "{UPSTREAM}org/many"\ncommit = "{pin}"\n'
+    )
     return world

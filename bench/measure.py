@@ -56,9 +56,9 @@ def _read_stat(pid: str) -> tuple[int, str, int] | None:
     except OSError:
         return None
     left, right = data.find(b"("), data.rfind(b")")
-    fields = data[right + 2:].split()
+    fields = data[right + 2 :].split()
     try:  # fields[0] is field 3 (state): ppid is field 4, rss field 24
-        return int(fields[1]), data[left + 1:right].decode(errors="replace"), int(fields[21])
+        return int(fields[1]), data[left + 1 : right].decode(errors="replace"), int(fields[21])
     except (IndexError, ValueError):
         return None
 
@@ -140,8 +140,15 @@ def loadavg() -> float:
         return float("nan")
 
 
-def run_measured(cmd: list[str], *, env: dict[str, str], cwd: Path, log: Path,
-                 timeout: float = 1800, cpus: set[int] | None = None) -> Measurement:
+def run_measured(
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log: Path,
+    timeout: float = 1800,
+    cpus: set[int] | None = None,
+) -> Measurement:
     """Run `cmd` (output appended to `log`) and measure it; `cpus` pins it to those CPUs."""
     log.parent.mkdir(parents=True, exist_ok=True)
     load = loadavg()
@@ -154,8 +161,15 @@ def run_measured(cmd: list[str], *, env: dict[str, str], cwd: Path, log: Path,
             os.sched_setaffinity(0, cpus)
         try:
             started = time.monotonic()
-            proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             if cpus:
                 os.sched_setaffinity(0, allowed)
@@ -180,7 +194,16 @@ def run_measured(cmd: list[str], *, env: dict[str, str], cwd: Path, log: Path,
     if busy_before is not None and busy_after is not None:
         other = max(0.0, busy_after - busy_before - cpu - sampler.cpu_s)
     return Measurement(
-        returncode=proc.returncode, wall_s=wall, cpu_s=cpu, user_s=usage.ru_utime,
-        sys_s=usage.ru_stime, max_rss_one_process=usage.ru_maxrss * 1024,
-        peak_rss_sum=sampler.peak_rss, max_nvcc=sampler.max_nvcc, samples=sampler.samples,
-        sampler_cpu_s=sampler.cpu_s, other_cpu_s=other, loadavg_before=load)
+        returncode=proc.returncode,
+        wall_s=wall,
+        cpu_s=cpu,
+        user_s=usage.ru_utime,
+        sys_s=usage.ru_stime,
+        max_rss_one_process=usage.ru_maxrss * 1024,
+        peak_rss_sum=sampler.peak_rss,
+        max_nvcc=sampler.max_nvcc,
+        samples=sampler.samples,
+        sampler_cpu_s=sampler.cpu_s,
+        other_cpu_s=other,
+        loadavg_before=load,
+    )

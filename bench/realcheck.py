@@ -50,8 +50,14 @@ def _run(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = 
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(map(str, cmd)) + "\n").encode())
         out.flush()
-        return subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT,
-                              env=env, cwd=cwd, check=False).returncode
+        return subprocess.run(
+            [str(c) for c in cmd],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            check=False,
+        ).returncode
 
 
 def _tail(log: Path, lines: int = TAIL) -> str:
@@ -65,8 +71,7 @@ def _sglforge_env(extra: dict | None = None) -> dict:
     return env
 
 
-def make_caller_venv(python: str, venv: Path, project: Path, with_torch: bool,
-                     log: Path) -> Path:
+def make_caller_venv(python: str, venv: Path, project: Path, with_torch: bool, log: Path) -> Path:
     """A caller venv: the toolchain lock (hash-pinned) plus sglforge's dependencies."""
     sys.path.insert(0, str(ROOT / "src"))
     from sglforge.builder import toolchain_lock
@@ -77,9 +82,14 @@ def make_caller_venv(python: str, venv: Path, project: Path, with_torch: bool,
         raise RuntimeError(f"venv {venv} failed: {_tail(log)}")
     toolchain = load_toolchain(project / "lockfiles" / "toolchain.toml")
     lock = toolchain_lock.parse_lock(project / "lockfiles" / "toolchain.lock")
-    commands = toolchain_lock.install_commands(str(bin_python), lock, with_torch,
-                                               toolchain.index, toolchain.torch_index,
-                                               venv / "sglforge-requirements")
+    commands = toolchain_lock.install_commands(
+        str(bin_python),
+        lock,
+        with_torch,
+        toolchain.index,
+        toolchain.torch_index,
+        venv / "sglforge-requirements",
+    )
     for command in commands:
         if _run(command, log, env=toolchain_lock.pip_env()) != 0:
             raise RuntimeError(f"toolchain install into {venv} failed:\n{_tail(log)}")
@@ -94,20 +104,41 @@ def clean_build_state(build_root: Path) -> None:
         shutil.rmtree(build_root / sub, ignore_errors=True)
 
 
-def build_once(python: Path, project: Path, settings: list[str], name: str, build_root: Path,
-               log: Path, out: Path) -> tuple[Path | None, float]:
+def build_once(
+    python: Path,
+    project: Path,
+    settings: list[str],
+    name: str,
+    build_root: Path,
+    log: Path,
+    out: Path,
+) -> tuple[Path | None, float]:
     clean_build_state(build_root)
     started = time.monotonic()
-    cmd = [python, "-m", "sglforge", "--project", project, *settings, "--build-root",
-           build_root, "build", name, "--no-wheel-cache"]
+    cmd = [
+        python,
+        "-m",
+        "sglforge",
+        "--project",
+        project,
+        *settings,
+        "--build-root",
+        build_root,
+        "build",
+        name,
+        "--no-wheel-cache",
+    ]
     rc = _run(cmd, log, env=_sglforge_env())
     seconds = time.monotonic() - started
     if rc != 0:
         return None, seconds
     manifest = json.loads((project / "wheels" / "manifest.json").read_text())
     entries = manifest.get("wheels", manifest)
-    files = [w["file"] for w in (entries if isinstance(entries, list) else entries.values())
-             if w.get("recipe", w.get("name")) == name or w.get("recipe") == name]
+    files = [
+        w["file"]
+        for w in (entries if isinstance(entries, list) else entries.values())
+        if w.get("recipe", w.get("name")) == name or w.get("recipe") == name
+    ]
     wheel = project / "wheels" / (files[0] if files else "")
     if not files or not wheel.is_file():
         wheels = sorted((project / "wheels").glob("*.whl"), key=lambda p: p.stat().st_mtime)
@@ -126,8 +157,9 @@ def top_level(wheel: Path) -> str | None:
         packages = [t for t in listed if f"{t}/__init__.py" in names]  # not build_backend.py
         if packages or listed:
             return (packages or listed)[0]
-    roots = sorted({n.split("/")[0] for n in names if n.endswith("/__init__.py")
-                    and n.count("/") == 1})
+    roots = sorted(
+        {n.split("/")[0] for n in names if n.endswith("/__init__.py") and n.count("/") == 1}
+    )
     return roots[0] if roots else None
 
 
@@ -142,21 +174,37 @@ def try_import(python_src: str, wheel: Path, work: Path, deps_site: Path, log: P
     module = top_level(wheel)
     if module is None:
         return {"ok": False, "error": "no top-level module found"}
-    site = subprocess.run([py, "-c", "import site; print(site.getsitepackages()[0])"],
-                          capture_output=True, text=True, check=False).stdout.strip()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, str(deps_site)]),
-               CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([py, "-c", f"import {module}; print({module}.__file__)"],
-                          capture_output=True, text=True, env=env, cwd=work, check=False,
-                          timeout=300)
+    site = subprocess.run(
+        [py, "-c", "import site; print(site.getsitepackages()[0])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([site, str(deps_site)]), CUDA_VISIBLE_DEVICES=""
+    )
+    proc = subprocess.run(
+        [py, "-c", f"import {module}; print({module}.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        check=False,
+        timeout=300,
+    )
     where = (proc.stdout.strip().splitlines() or [""])[-1]
     ok = proc.returncode == 0 and where.startswith(str(venv))
     error = (proc.stderr.strip().splitlines() or ["?"])[-1] if proc.returncode else None
     return {"ok": ok, "module": module, "file": where or None, "error": error}
 
 
-def check_recipe(args: argparse.Namespace, name: str, recipe_upstream: str,
-                 venvs: dict[str, Path], settings: list[str]) -> dict:
+def check_recipe(
+    args: argparse.Namespace,
+    name: str,
+    recipe_upstream: str,
+    venvs: dict[str, Path],
+    settings: list[str],
+) -> dict:
     sys.path.insert(0, str(ROOT / "src"))
     from sglforge.wheel import leaks
 
@@ -165,9 +213,22 @@ def check_recipe(args: argparse.Namespace, name: str, recipe_upstream: str,
     log = work / "realcheck.log"
     entry: dict = {"recipe": name, "upstream": recipe_upstream}
     started = time.monotonic()
-    rc = _run([venvs["a"], "-m", "sglforge", "--project", args.project, *settings,
-               "--build-root", args.build_root, "fetch", recipe_upstream], log,
-              env=_sglforge_env())
+    rc = _run(
+        [
+            venvs["a"],
+            "-m",
+            "sglforge",
+            "--project",
+            args.project,
+            *settings,
+            "--build-root",
+            args.build_root,
+            "fetch",
+            recipe_upstream,
+        ],
+        log,
+        env=_sglforge_env(),
+    )
     entry["fetch_seconds"] = round(time.monotonic() - started, 1)
     if rc != 0:
         entry.update(result="unreachable", error=_tail(log, 12))
@@ -175,29 +236,42 @@ def check_recipe(args: argparse.Namespace, name: str, recipe_upstream: str,
     builds = {}
     for label in ("a", "b"):
         blog = work / f"build-{label}.log"
-        wheel, seconds = build_once(venvs[label], args.project, settings, name,
-                                    args.build_root, blog, work / f"out-{label}")
+        wheel, seconds = build_once(
+            venvs[label], args.project, settings, name, args.build_root, blog, work / f"out-{label}"
+        )
         builds[label] = {"seconds": round(seconds, 1), "log": str(blog)}
         if wheel is None:
             entry.update(result="build-failed", builds=builds, error=_tail(blog, 40))
             return entry
-        builds[label].update(wheel=wheel.name, sha256=_sha256(wheel), size=wheel.stat().st_size,
-                             path=str(wheel))
+        builds[label].update(
+            wheel=wheel.name, sha256=_sha256(wheel), size=wheel.stat().st_size, path=str(wheel)
+        )
     entry["builds"] = builds
     a, b = Path(builds["a"]["path"]), Path(builds["b"]["path"])
     identical = builds["a"]["sha256"] == builds["b"]["sha256"]
-    needles = sorted({str(args.build_root), *(str(v.parent.parent) for v in venvs.values()),
-                      *(os.path.realpath(v.parent.parent) for v in venvs.values())})
+    needles = sorted(
+        {
+            str(args.build_root),
+            *(str(v.parent.parent) for v in venvs.values()),
+            *(os.path.realpath(v.parent.parent) for v in venvs.values()),
+        }
+    )
     found = leaks.scan_wheel(a, needles) + leaks.scan_wheel(b, needles)
-    entry["leak_scan"] = {"needles": needles, "leaks": [
-        {"member": x.member, "needle": x.needle, "count": x.count} for x in found]}
+    entry["leak_scan"] = {
+        "needles": needles,
+        "leaks": [{"member": x.member, "needle": x.needle, "count": x.count} for x in found],
+    }
     entry["arch_audit"] = "passed in both builds (sglforge build fails otherwise)"
     code = "import site; print(site.getsitepackages()[0])"
-    deps_site = Path(subprocess.run([venvs["a"], "-c", code], capture_output=True,
-                                    text=True, check=False).stdout.strip())
+    deps_site = Path(
+        subprocess.run(
+            [venvs["a"], "-c", code], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
     entry["import"] = try_import(args.python, a, work, deps_site, work / "import.log")
-    entry["result"] = "pass" if identical and not found else (
-        "not-reproducible" if not identical else "leaks")
+    entry["result"] = (
+        "pass" if identical and not found else ("not-reproducible" if not identical else "leaks")
+    )
     entry["size"] = a.stat().st_size
     return entry
 
@@ -210,12 +284,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("--work", type=Path, default=Path("/tmp/sglforge-realcheck"))
     parser.add_argument("--build-root", type=Path, default=Path("/tmp/sglforge-realcheck-root"))
-    parser.add_argument("--python", default=shutil.which("python3") or sys.executable,
-                        help="the toolchain interpreter the caller venvs are made from")
+    parser.add_argument(
+        "--python",
+        default=shutil.which("python3") or sys.executable,
+        help="the toolchain interpreter the caller venvs are made from",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "realcheck.json")
     parser.add_argument("--workarounds", type=Path, help="JSON list of workaround notes")
-    parser.add_argument("--blockers", type=Path,
-                        help="JSON {recipe: note}: what blocks a recipe beyond the fetch error")
+    parser.add_argument(
+        "--blockers",
+        type=Path,
+        help="JSON {recipe: note}: what blocks a recipe beyond the fetch error",
+    )
     args = parser.parse_args(argv)
     args.project, args.work = args.project.resolve(), args.work.resolve()
 
@@ -228,28 +308,42 @@ def main(argv: list[str] | None = None) -> int:
     toolchain = load_toolchain(args.project / "lockfiles" / "toolchain.toml")
     recipes = load_recipes(args.project / "recipes", lock, toolchain)
     names = args.names or sorted(recipes)
-    with_torch = any(recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires
-                     for n in names)
+    with_torch = any(
+        recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires for n in names
+    )
     settings = []
     if args.config:
         settings += ["--config", str(args.config)]
     if args.cache_dir:
         settings += ["--cache-dir", str(args.cache_dir)]
     venvs = {
-        "a": make_caller_venv(args.python, args.work / "caller-a" / "venv", args.project,
-                              with_torch, args.work / "venv-a.log"),
-        "b": make_caller_venv(args.python,
-                              args.work / "elsewhere" / "caller-b-longer-path" / "venv",
-                              args.project, with_torch, args.work / "venv-b.log"),
+        "a": make_caller_venv(
+            args.python,
+            args.work / "caller-a" / "venv",
+            args.project,
+            with_torch,
+            args.work / "venv-a.log",
+        ),
+        "b": make_caller_venv(
+            args.python,
+            args.work / "elsewhere" / "caller-b-longer-path" / "venv",
+            args.project,
+            with_torch,
+            args.work / "venv-b.log",
+        ),
     }
     results = []
     for name in names:
         print(f"==> {name}", flush=True)
         entry = check_recipe(args, name, recipes[name].upstream, venvs, settings)
         builds = entry.get("builds", {})
-        print(f"    {entry['result']}: " + ", ".join(
-            f"{k} {v.get('seconds')}s {v.get('sha256', '')[:16]}" for k, v in builds.items()),
-            flush=True)
+        print(
+            f"    {entry['result']}: "
+            + ", ".join(
+                f"{k} {v.get('seconds')}s {v.get('sha256', '')[:16]}" for k, v in builds.items()
+            ),
+            flush=True,
+        )
         results.append(entry)
     if args.out.is_file():  # keep earlier results for recipes not checked this time
         earlier = json.loads(args.out.read_text()).get("recipes", [])
@@ -281,8 +375,10 @@ def render(results: list[dict]) -> str:
         builds = r.get("builds", {})
         a, b = builds.get("a", {}), builds.get("b", {})
         times = "/".join(str(x.get("seconds", "-")) for x in (a, b)) if builds else "-"
-        lines.append(f"{r['recipe']:<22} {r['result']:<17} {times:<14} {r.get('size', 0):>11}  "
-                     f"{a.get('sha256', '-')[:16]} / {b.get('sha256', '-')[:16]}")
+        lines.append(
+            f"{r['recipe']:<22} {r['result']:<17} {times:<14} {r.get('size', 0):>11}  "
+            f"{a.get('sha256', '-')[:16]} / {b.get('sha256', '-')[:16]}"
+        )
     return "\n".join(lines)
 
 

@@ -98,11 +98,25 @@ class Case:
 
     @classmethod
     def from_json(cls, data: dict) -> Case:
-        skip = {"figure", "case", "wall_s", "cpu_s", "peak_rss_sum_bytes", "runs",
-                "max_rss_one_process_bytes", "max_concurrent_nvcc", "other_load_cores",
-                "run_details"}
-        return cls(data["figure"], data["case"], {k: v for k, v in data.items() if k not in skip},
-                   [Measurement(**m) for m in data.get("runs", [])], data.get("run_details", []))
+        skip = {
+            "figure",
+            "case",
+            "wall_s",
+            "cpu_s",
+            "peak_rss_sum_bytes",
+            "runs",
+            "max_rss_one_process_bytes",
+            "max_concurrent_nvcc",
+            "other_load_cores",
+            "run_details",
+        }
+        return cls(
+            data["figure"],
+            data["case"],
+            {k: v for k, v in data.items() if k not in skip},
+            [Measurement(**m) for m in data.get("runs", [])],
+            data.get("run_details", []),
+        )
 
     def to_json(self) -> dict:
         out = {"figure": self.figure, "case": self.name, **self.params}
@@ -112,8 +126,11 @@ class Case:
             out["peak_rss_sum_bytes"] = self.peak().to_json()
             out["max_rss_one_process_bytes"] = max(m.max_rss_one_process for m in self.runs)
             out["max_concurrent_nvcc"] = max(m.max_nvcc for m in self.runs)
-            others = [m.other_cpu_s / m.wall_s for m in self.runs
-                      if m.other_cpu_s is not None and m.wall_s > 0]
+            others = [
+                m.other_cpu_s / m.wall_s
+                for m in self.runs
+                if m.other_cpu_s is not None and m.wall_s > 0
+            ]
             if others:
                 out["other_load_cores"] = summarize(others).to_json()
             out["runs"] = [m.to_json() for m in self.runs]
@@ -134,18 +151,31 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def sglforge(args: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None,
-             cpus: set[int] | None = None) -> Measurement:
+def sglforge(
+    args: list[str],
+    *,
+    cwd: Path,
+    log: Path,
+    env: dict[str, str] | None = None,
+    cpus: set[int] | None = None,
+) -> Measurement:
     """Run `python -m sglforge ARGS` measured; a failure stops the bench with the log tail."""
     start = log.stat().st_size if log.exists() else 0
-    measurement = run_measured([sys.executable, "-m", "sglforge", *args], env=env or child_env(),
-                               cwd=cwd, log=log, cpus=cpus)
+    measurement = run_measured(
+        [sys.executable, "-m", "sglforge", *args],
+        env=env or child_env(),
+        cwd=cwd,
+        log=log,
+        cpus=cpus,
+    )
     if measurement.returncode != 0:
         with open(log, "rb") as handle:
             handle.seek(start)
             tail = handle.read().decode(errors="replace").splitlines()[-40:]
-        raise BenchError(f"`sglforge {' '.join(args[-3:])}` failed (exit "
-                         f"{measurement.returncode}); log {log}:\n" + "\n".join(tail))
+        raise BenchError(
+            f"`sglforge {' '.join(args[-3:])}` failed (exit "
+            f"{measurement.returncode}); log {log}:\n" + "\n".join(tail)
+        )
     return measurement
 
 
@@ -165,8 +195,9 @@ def compiled_objects(project: FixtureProject) -> list[str]:
     log = project.build_root / "logs" / "benchext.log"
     if not log.is_file():
         return []
-    return sorted(set(re.findall(r"Building CUDA object \S+/(\w+\.cu)\.o",
-                                 log.read_text(errors="replace"))))
+    return sorted(
+        set(re.findall(r"Building CUDA object \S+/(\w+\.cu)\.o", log.read_text(errors="replace")))
+    )
 
 
 def configure_seconds(project: FixtureProject) -> float | None:
@@ -188,8 +219,9 @@ def fresh_state(project: FixtureProject, *, ccache: bool = False) -> None:
         shutil.rmtree(project.cache / "ccache", ignore_errors=True)
 
 
-def build(project: FixtureProject, log: Path, *extra: str,
-          env: dict[str, str] | None = None) -> tuple[Measurement, str]:
+def build(
+    project: FixtureProject, log: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[Measurement, str]:
     start = log.stat().st_size if log.exists() else 0
     m = sglforge([*project.args(), "build", *extra], cwd=project.root, log=log, env=env)
     return m, log_since(log, start)
@@ -206,10 +238,15 @@ def say(text: str) -> None:
 
 
 def describe(m: Measurement) -> str:
-    other = (f", others {m.other_cpu_s / m.wall_s:.1f} cores"
-             if m.other_cpu_s is not None and m.wall_s > 0 else "")
-    return (f"{m.wall_s:.2f}s wall, {m.cpu_s:.1f}s CPU, peak {format_bytes(m.peak_rss_sum)}, "
-            f"{m.max_nvcc} nvcc at once{other}")
+    other = (
+        f", others {m.other_cpu_s / m.wall_s:.1f} cores"
+        if m.other_cpu_s is not None and m.wall_s > 0
+        else ""
+    )
+    return (
+        f"{m.wall_s:.2f}s wall, {m.cpu_s:.1f}s CPU, peak {format_bytes(m.peak_rss_sum)}, "
+        f"{m.max_nvcc} nvcc at once{other}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,20 +265,29 @@ def machine_info() -> dict:
     model = ""
     try:
         with open("/proc/cpuinfo") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle
-                          if line.startswith("model name")), "")
+            model = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                "",
+            )
     except OSError:
         pass
-    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": model,
-            "ram_total_bytes": meminfo.get("MemTotal"),
-            "mem_available_bytes": meminfo.get("MemAvailable"),
-            "kernel": platform.release(), "python": platform.python_version(),
-            "loadavg_at_start": loadavg()}
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "ram_total_bytes": meminfo.get("MemTotal"),
+        "mem_available_bytes": meminfo.get("MemAvailable"),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_at_start": loadavg(),
+    }
 
 
 def find_nvcc() -> str | None:
-    for candidate in (os.environ.get("CUDA_HOME", "") + "/bin/nvcc", "/usr/local/cuda/bin/nvcc",
-                      shutil.which("nvcc") or ""):
+    for candidate in (
+        os.environ.get("CUDA_HOME", "") + "/bin/nvcc",
+        "/usr/local/cuda/bin/nvcc",
+        shutil.which("nvcc") or "",
+    ):
         if candidate and Path(candidate).is_file():
             return candidate
     return None
@@ -260,14 +306,15 @@ def toolchain_info() -> dict:
     nvcc_version = None
     if nvcc:
         text = tool_version([nvcc, "--version"]) or ""
-        nvcc_version = (text.splitlines()[-1] if text else None)  # "Build cuda_13.0.r13.0/…"
+        nvcc_version = text.splitlines()[-1] if text else None  # "Build cuda_13.0.r13.0/…"
         release = re.search(r"release ([0-9.]+), (V[0-9.]+)", text)
         if release:
             nvcc_version = f"{release.group(1)} ({release.group(2)})"
     ccache = shutil.which("ccache")
     cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake")
     return {
-        "nvcc": nvcc_version, "nvcc_path": nvcc,
+        "nvcc": nvcc_version,
+        "nvcc_path": nvcc,
         "ccache": (tool_version([ccache, "--version"]) or "").splitlines()[0] if ccache else None,
         "cmake": (tool_version([cmake, "--version"]) or "").splitlines()[0] if cmake else None,
     }
@@ -275,14 +322,16 @@ def toolchain_info() -> dict:
 
 def commit_info() -> dict:
     def git(*args: str) -> str | None:
-        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                 ":(exclude)bench/results.json")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None
-            else None}
+    status = git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results.json"
+    )
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+    }
 
 
 def ccache_stats(project: FixtureProject, zero: bool = False) -> dict[str, int]:
@@ -291,8 +340,9 @@ def ccache_stats(project: FixtureProject, zero: bool = False) -> dict[str, int]:
     if zero:
         subprocess.run([binary, "-z"], env=env, capture_output=True, check=False)
         return {}
-    text = subprocess.run([binary, "--print-stats"], env=env, capture_output=True, text=True,
-                          check=False).stdout
+    text = subprocess.run(
+        [binary, "--print-stats"], env=env, capture_output=True, text=True, check=False
+    ).stdout
     stats = {}
     for line in text.splitlines():
         key, _, value = line.partition("\t")
@@ -333,8 +383,8 @@ class Bench:
         if key not in self.projects:
             tag = archs.replace(" ", "") + ("-dev" if dev else "")
             self.projects[key] = fixtures.make_benchext_project(
-                self.work / f"benchext-{tag}-n{n}", n, ARCH_SETS[archs],
-                self.config.instantiations)
+                self.work / f"benchext-{tag}-n{n}", n, ARCH_SETS[archs], self.config.instantiations
+            )
         return self.projects[key]
 
     def log(self, project: FixtureProject) -> Path:
@@ -362,8 +412,9 @@ class Bench:
         m, text = build(project, log)
         case = self.case("cold", label, n=n, archs=list(ARCH_SETS[archs]))
         case.runs.append(m)
-        case.extra.append({"planned_jobs": planned_jobs(text),
-                           "cmake_configure_s": configure_seconds(project)})
+        case.extra.append(
+            {"planned_jobs": planned_jobs(text), "cmake_configure_s": configure_seconds(project)}
+        )
         say(f"cold {label} run {run + 1}/{cfg.runs}: {describe(m)}")
         if archs != "sm_120a":
             return
@@ -405,8 +456,10 @@ class Bench:
             case.runs.append(m)
             stats = ccache_stats(project)
             case.extra.append({"ccache": stats, "cmake_configure_s": configure_seconds(project)})
-            say(f"one-file ccache {label} run {run + 1}/{cfg.runs}: {describe(m)}; "
-                f"ccache {stats['hits']} hits, {stats['misses']} misses")
+            say(
+                f"one-file ccache {label} run {run + 1}/{cfg.runs}: {describe(m)}; "
+                f"ccache {stats['hits']} hits, {stats['misses']} misses"
+            )
             if remote and run < cfg.heavy_runs:
                 self.second_host(project, log, label, n, remote)
         if n == min(cfg.ns) and run < cfg.heavy_runs:  # a cold build again: once, smallest N
@@ -419,28 +472,36 @@ class Bench:
 
     # 3a: the same one-file change on a second host that shares only the remote compiler
     # cache (Redis) with the first: no build root, no wheel cache, an empty local ccache
-    def second_host(self, project: FixtureProject, log: Path, label: str, n: int,
-                    remote: str) -> None:
+    def second_host(
+        self, project: FixtureProject, log: Path, label: str, n: int, remote: str
+    ) -> None:
         first_host = project.cache / "ccache"
         parked = project.cache / "ccache.first-host"
         shutil.rmtree(parked, ignore_errors=True)
         first_host.rename(parked)
         try:
             fresh_state(project)
-            m, text = build(project, log, "--compiler-cache", "ccache",
-                            "--compiler-cache-remote", remote)
+            m, text = build(
+                project, log, "--compiler-cache", "ccache", "--compiler-cache-remote", remote
+            )
             expect_rebuild(text, label, log)
-            found = re.search(r"ccache: (\d+) local hit\(s\), (\d+) remote hit\(s\), "
-                              r"(\d+) miss\(es\)", text)
+            found = re.search(
+                r"ccache: (\d+) local hit\(s\), (\d+) remote hit\(s\), "
+                r"(\d+) miss\(es\)",
+                text,
+            )
             if found is None:
                 raise BenchError(f"second host {label}: no ccache statistics; log {log}")
             local, remote_hits, misses = (int(g) for g in found.groups())
             case = self.case("one-file-remote", label, n=n)
             case.runs.append(m)
-            case.extra.append({"ccache": {"local_hits": local, "remote_hits": remote_hits,
-                                          "misses": misses}})
-            say(f"one-file, second host, remote ccache {label}: {describe(m)}; {remote_hits} "
-                f"remote hits, {misses} misses")
+            case.extra.append(
+                {"ccache": {"local_hits": local, "remote_hits": remote_hits, "misses": misses}}
+            )
+            say(
+                f"one-file, second host, remote ccache {label}: {describe(m)}; {remote_hits} "
+                f"remote hits, {misses} misses"
+            )
         finally:
             shutil.rmtree(first_host, ignore_errors=True)
             parked.rename(first_host)
@@ -463,14 +524,17 @@ class Bench:
             raise BenchError(f"dev one-TU change {label}: not a dev build; log {log}")
         compiled = compiled_objects(project)
         if compiled != ["tu_000.cu"]:
-            raise BenchError(f"dev one-TU change {label}: ninja compiled {compiled or 'nothing'}"
-                             f", expected tu_000.cu alone; log {log}")
+            raise BenchError(
+                f"dev one-TU change {label}: ninja compiled {compiled or 'nothing'}"
+                f", expected tu_000.cu alone; log {log}"
+            )
         case = self.case("dev-one-tu", label, n=n)
         case.runs.append(m)
-        case.extra.append({"compiled": compiled,
-                           "cmake_configure_s": configure_seconds(project)})
-        say(f"dev one-TU change {label} run {run + 1}/{cfg.runs}: {describe(m)}; ninja "
-            f"compiled {', '.join(compiled)}")
+        case.extra.append({"compiled": compiled, "cmake_configure_s": configure_seconds(project)})
+        say(
+            f"dev one-TU change {label} run {run + 1}/{cfg.runs}: {describe(m)}; ninja "
+            f"compiled {', '.join(compiled)}"
+        )
 
     # 4: a memory budget that fits k < cores jobs
     def memory_budget(self, run: int) -> None:
@@ -482,19 +546,33 @@ class Bench:
         project = self.project("sm_120a", n)
         env = child_env(SGLFORGE_MEM_AVAILABLE=f"{budget}MiB")
         label = f"N={n} sm_120a, budget {budget} MiB"
-        case = self.case("memory", label, n=n, cores=cores, k_fit=k,
-                         mem_per_job_bytes=MEM_PER_JOB_MIB << 20, budget_bytes=budget << 20)
+        case = self.case(
+            "memory",
+            label,
+            n=n,
+            cores=cores,
+            k_fit=k,
+            mem_per_job_bytes=MEM_PER_JOB_MIB << 20,
+            budget_bytes=budget << 20,
+        )
         fixtures.clear_series(project)
         fresh_state(project)
-        m, text = build(project, self.log(project), "--mem-per-job", f"{MEM_PER_JOB_MIB}MiB",
-                        env=env)
+        m, text = build(
+            project, self.log(project), "--mem-per-job", f"{MEM_PER_JOB_MIB}MiB", env=env
+        )
         case.runs.append(m)
         jobs = planned_jobs(text)
-        case.extra.append({"planned_jobs": jobs,
-                           "utilisation_of_cores": m.cpu_s / (m.wall_s * cores),
-                           "utilisation_of_slots": m.cpu_s / (m.wall_s * (jobs or k))})
-        say(f"memory budget {label} run {run + 1}/{cfg.runs}: {describe(m)}; planned "
-            f"MAX_JOBS={jobs}")
+        case.extra.append(
+            {
+                "planned_jobs": jobs,
+                "utilisation_of_cores": m.cpu_s / (m.wall_s * cores),
+                "utilisation_of_slots": m.cpu_s / (m.wall_s * (jobs or k)),
+            }
+        )
+        say(
+            f"memory budget {label} run {run + 1}/{cfg.runs}: {describe(m)}; planned "
+            f"MAX_JOBS={jobs}"
+        )
 
     # 5: patches check of 200 patches, pinned to 2 CPUs
     def patch_check_setup(self) -> None:
@@ -502,15 +580,28 @@ class Bench:
         allowed = sorted(os.sched_getaffinity(0))
         self.check_cpus = set(allowed[:CHECK_CPUS])
         self.check_args = [*self.world.cli_args(), "patches", "check"]
-        first = sglforge(self.check_args, cwd=self.world.project,
-                         log=self.work / "patch-check" / "bench.log", cpus=self.check_cpus)
-        self.case("check", f"{PATCH_COUNT} patches", patches=PATCH_COUNT,
-                  cpus=len(self.check_cpus), first_run_wall_s=first.wall_s)
+        first = sglforge(
+            self.check_args,
+            cwd=self.world.project,
+            log=self.work / "patch-check" / "bench.log",
+            cpus=self.check_cpus,
+        )
+        self.case(
+            "check",
+            f"{PATCH_COUNT} patches",
+            patches=PATCH_COUNT,
+            cpus=len(self.check_cpus),
+            first_run_wall_s=first.wall_s,
+        )
         say(f"patches check, first run (fills the source cache): {describe(first)}")
 
     def patch_check(self, run: int) -> None:
-        m = sglforge(self.check_args, cwd=self.world.project,
-                     log=self.work / "patch-check" / "bench.log", cpus=self.check_cpus)
+        m = sglforge(
+            self.check_args,
+            cwd=self.world.project,
+            log=self.work / "patch-check" / "bench.log",
+            cpus=self.check_cpus,
+        )
         self.case("check", f"{PATCH_COUNT} patches").runs.append(m)
         say(f"patches check {PATCH_COUNT} run {run + 1}/{self.config.runs}: {describe(m)}")
 
@@ -524,8 +615,10 @@ class Bench:
         one_file = cuda and cfg.wants("one-file")
         have_ccache = shutil.which("ccache") is not None
         if one_file and not have_ccache:
-            self.notes.append("one-file change with compiler cache: ccache not installed "
-                              "(measured without it only)")
+            self.notes.append(
+                "one-file change with compiler cache: ccache not installed "
+                "(measured without it only)"
+            )
             say("ccache not installed: the one-file change is measured without a cache only")
         if one_file and have_ccache and shutil.which("redis-server"):
             from tests.fixtures.redis_server import start_redis, stop_redis
@@ -534,8 +627,10 @@ class Bench:
             self.redis_url = self.redis.url
             self.cleanups.append(lambda: stop_redis(self.redis))
         elif one_file:
-            self.notes.append("one-file change on a second host (remote ccache): redis-server "
-                              "or ccache not installed, not measured")
+            self.notes.append(
+                "one-file change on a second host (remote ccache): redis-server "
+                "or ccache not installed, not measured"
+            )
         if cfg.wants("check"):
             self.patch_check_setup()
         if builds and cfg.warmup:
@@ -573,12 +668,19 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
     def ratio_vs_cold(case: Case, n: int) -> Summary:
         base = cold("sm_120a", n)
         walls = base.walls()
-        return summarize(paired_ratios(case.walls(), walls[:len(case.runs)]))
+        return summarize(paired_ratios(case.walls(), walls[: len(case.runs)]))
 
     def row(fig: str, name: str, case: Case, ratio: str = "", target: str = "") -> list[str]:
-        return [fig, name, case.wall().render(), case.cpu().render(),
-                format_bytes(case.peak().median), str(max(m.max_nvcc for m in case.runs)),
-                ratio, target]
+        return [
+            fig,
+            name,
+            case.wall().render(),
+            case.cpu().render(),
+            format_bytes(case.peak().median),
+            str(max(m.max_nvcc for m in case.runs)),
+            ratio,
+            target,
+        ]
 
     fits = {}
     for archs in ARCH_SETS:
@@ -587,10 +689,15 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
         if len({n for n, _ in points}) >= 2:
             a, b = linear_fit([p[0] for p in points], [p[1] for p in points])
             ac, bc = linear_fit([p[0] for p in cpu_points], [p[1] for p in cpu_points])
-            fits[archs] = {"fixed_wall_s": a, "per_tu_wall_s": b, "fixed_cpu_s": ac,
-                           "per_tu_cpu_s": bc}
-            derived.append({"what": f"cold build fit {archs}: wall = fixed + per_tu * N",
-                            **fits[archs]})
+            fits[archs] = {
+                "fixed_wall_s": a,
+                "per_tu_wall_s": b,
+                "fixed_cpu_s": ac,
+                "per_tu_cpu_s": bc,
+            }
+            derived.append(
+                {"what": f"cold build fit {archs}: wall = fixed + per_tu * N", **fits[archs]}
+            )
 
     for n in cfg.ns:
         for archs in ARCH_SETS:
@@ -604,18 +711,29 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
                 wall = summarize(paired_ratios(case.walls(), base.walls()[:k]))
                 cpu = summarize(paired_ratios(case.cpus(), base.cpus()[:k]))
                 saving = summarize(paired_ratios(base.cpus()[:k], case.cpus()))
-                ratio = (f"{wall.render('x', 2)} of sm_120a (CPU {cpu.median:.2f}x; sm_120a "
-                         f"= {saving.median:.2f} of 3-arch CPU)")
-                derived.append({"what": f"cold N={n}: 3 archs / sm_120a", "wall": wall.to_json(),
-                                "cpu": cpu.to_json(), "sm120_over_3arch_cpu": saving.to_json()})
+                ratio = (
+                    f"{wall.render('x', 2)} of sm_120a (CPU {cpu.median:.2f}x; sm_120a "
+                    f"= {saving.median:.2f} of 3-arch CPU)"
+                )
+                derived.append(
+                    {
+                        "what": f"cold N={n}: 3 archs / sm_120a",
+                        "wall": wall.to_json(),
+                        "cpu": cpu.to_json(),
+                        "sm120_over_3arch_cpu": saving.to_json(),
+                    }
+                )
                 fit = fits.get("sm_120a")
                 note = ""
                 if fit:
-                    note = (f"what every build pays whatever the archs (~{fit['fixed_cpu_s']:.1f}s"
-                            " CPU: pip, CMake configure + compiler detection, host side of each "
-                            "TU, post-process) keeps the ratio above the device-only share")
-                t = Target(f"sm_120a-only CPU <= 0.40 of 3 archs, N={n}", 0.40, saving.median,
-                           note=note)
+                    note = (
+                        f"what every build pays whatever the archs (~{fit['fixed_cpu_s']:.1f}s"
+                        " CPU: pip, CMake configure + compiler detection, host side of each "
+                        "TU, post-process) keeps the ratio above the device-only share"
+                    )
+                t = Target(
+                    f"sm_120a-only CPU <= 0.40 of 3 archs, N={n}", 0.40, saving.median, note=note
+                )
                 targets.append(t)
                 target = f"<= 0.40: {t.verdict()}"
             rows.append(row("1 cold", f"N={n} {archs}", case, ratio, target))
@@ -625,26 +743,43 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
         if case:
             r = ratio_vs_cold(case, n)
             noop = case.wall().median
-            t = Target(f"no-op rebuild N={n} <= 2% of cold", 0.02, r.median,
-                       note=f"a no-op costs a fixed {noop:.2f}s (interpreter start and imports; "
-                            f"no subprocess: cached toolchain fingerprint and stack check); "
-                            f"<= 2% once cold >= {noop / 0.02:.0f}s")
+            t = Target(
+                f"no-op rebuild N={n} <= 2% of cold",
+                0.02,
+                r.median,
+                note=f"a no-op costs a fixed {noop:.2f}s (interpreter start and imports; "
+                f"no subprocess: cached toolchain fingerprint and stack check); "
+                f"<= 2% once cold >= {noop / 0.02:.0f}s",
+            )
             targets.append(t)
             derived.append({"what": f"no-op / cold N={n}", "ratio": r.to_json()})
-            rows.append(row("2 no-op", f"N={n} sm_120a", case, f"{r.median:.1%} of cold "
-                            f"({r.min:.1%}–{r.max:.1%})", f"<= 2%: {t.verdict()}"))
+            rows.append(
+                row(
+                    "2 no-op",
+                    f"N={n} sm_120a",
+                    case,
+                    f"{r.median:.1%} of cold ({r.min:.1%}–{r.max:.1%})",
+                    f"<= 2%: {t.verdict()}",
+                )
+            )
 
     for n in cfg.ns:
         label = f"N={n} sm_120a"
         populate = cases.get(f"ccache-populate/{label}")
         if populate:
             r = ratio_vs_cold(populate, n)
-            rows.append(row("3 one-file", f"{label}: cold, empty ccache", populate,
-                            f"{r.median:.2f}x cold (ccache overhead)"))
+            rows.append(
+                row(
+                    "3 one-file",
+                    f"{label}: cold, empty ccache",
+                    populate,
+                    f"{r.median:.2f}x cold (ccache overhead)",
+                )
+            )
         on = cases.get(f"one-file-ccache/{label}")
         if on:
             r = ratio_vs_cold(on, n)
-            cpu = summarize(paired_ratios(on.cpus(), cold("sm_120a", n).cpus()[:len(on.runs)]))
+            cpu = summarize(paired_ratios(on.cpus(), cold("sm_120a", n).cpus()[: len(on.runs)]))
             fit = fits.get("sm_120a")
             # The changed TU compiles alone: its cost is its CPU time, not its share of a
             # parallel cold build's wall time.
@@ -655,29 +790,55 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
             if configure:
                 note += f"; CMake configure alone {summarize(configure).median:.1f}s"
             if fit:
-                note = (f"floor ~ fixed {fit['fixed_wall_s']:.1f}s + one TU alone "
-                        f"{fit['per_tu_cpu_s']:.1f}s = {floor:.1f}s, while 2/N of cold = "
-                        f"{2 / n * cold('sm_120a', n).wall().median:.1f}s; {note}")
-            t = Target(f"one-file change with ccache N={n} <= 2/N of cold", 2 / n, r.median,
-                       note=note)
+                note = (
+                    f"floor ~ fixed {fit['fixed_wall_s']:.1f}s + one TU alone "
+                    f"{fit['per_tu_cpu_s']:.1f}s = {floor:.1f}s, while 2/N of cold = "
+                    f"{2 / n * cold('sm_120a', n).wall().median:.1f}s; {note}"
+                )
+            t = Target(
+                f"one-file change with ccache N={n} <= 2/N of cold", 2 / n, r.median, note=note
+            )
             targets.append(t)
             hits = [e["ccache"] for e in on.extra]
-            derived.append({"what": f"one-file ccache / cold N={n}", "ratio": r.to_json(),
-                            "cpu_ratio": cpu.to_json(), "ccache": hits,
-                            "predicted_floor_wall_s": floor})
-            rows.append(row("3 one-file", f"{label}: ccache on", on,
-                            f"{r.median:.1%} of cold (CPU {cpu.median:.1%}); "
-                            f"ccache {hits[0]['hits']} hit/{hits[0]['misses']} miss",
-                            f"<= 2/N = {2 / n:.1%}: {t.verdict()}"))
+            derived.append(
+                {
+                    "what": f"one-file ccache / cold N={n}",
+                    "ratio": r.to_json(),
+                    "cpu_ratio": cpu.to_json(),
+                    "ccache": hits,
+                    "predicted_floor_wall_s": floor,
+                }
+            )
+            rows.append(
+                row(
+                    "3 one-file",
+                    f"{label}: ccache on",
+                    on,
+                    f"{r.median:.1%} of cold (CPU {cpu.median:.1%}); "
+                    f"ccache {hits[0]['hits']} hit/{hits[0]['misses']} miss",
+                    f"<= 2/N = {2 / n:.1%}: {t.verdict()}",
+                )
+            )
         second = cases.get(f"one-file-remote/{label}")
         if second:
             r = ratio_vs_cold(second, n)
             hits = second.extra[0]["ccache"]
-            derived.append({"what": f"one-file, second host, remote ccache / cold N={n}",
-                            "ratio": r.to_json(), "ccache": hits})
-            rows.append(row("3 one-file", f"{label}: 2nd host, remote ccache", second,
-                            f"{r.median:.1%} of cold; {hits['remote_hits']} remote hit/"
-                            f"{hits['misses']} miss"))
+            derived.append(
+                {
+                    "what": f"one-file, second host, remote ccache / cold N={n}",
+                    "ratio": r.to_json(),
+                    "ccache": hits,
+                }
+            )
+            rows.append(
+                row(
+                    "3 one-file",
+                    f"{label}: 2nd host, remote ccache",
+                    second,
+                    f"{r.median:.1%} of cold; {hits['remote_hits']} remote hit/"
+                    f"{hits['misses']} miss",
+                )
+            )
         off = cases.get(f"one-file-nocache/{label}")
         if off:
             r = ratio_vs_cold(off, n)
@@ -690,35 +851,57 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
         if seed:
             r = ratio_vs_cold(seed, n)
             derived.append({"what": f"dev first build / cold N={n}", "ratio": r.to_json()})
-            rows.append(row("3 dev", f"{label}: first dev build", seed,
-                            f"{r.median:.2f}x cold (tree + build dir kept from here on)"))
+            rows.append(
+                row(
+                    "3 dev",
+                    f"{label}: first dev build",
+                    seed,
+                    f"{r.median:.2f}x cold (tree + build dir kept from here on)",
+                )
+            )
         dev = cases.get(f"dev-one-tu/{label}")
         if dev:
             r = ratio_vs_cold(dev, n)
-            cpu = summarize(paired_ratios(dev.cpus(), cold("sm_120a", n).cpus()[:len(dev.runs)]))
+            cpu = summarize(paired_ratios(dev.cpus(), cold("sm_120a", n).cpus()[: len(dev.runs)]))
             fit = fits.get("sm_120a")
             note = f"CPU ratio {cpu.median:.1%}"
             if fit:
                 # the changed TU compiles alone (one arch: nvcc has nothing to parallelize),
                 # so the floor is one TU's CPU time plus the dev build's own fixed cost
                 fixed = dev.wall().median - fit["per_tu_cpu_s"]
-                note = (f"one TU alone ~{fit['per_tu_cpu_s']:.1f}s + dev fixed cost "
-                        f"~{fixed:.1f}s (sglforge start, export + strict series + sync, "
-                        f"build_wheel via PEP 517 hooks, CMake re-run on the kept build dir, "
-                        f"link, post-process, audit) vs 2/N of cold = "
-                        f"{2 / n * cold('sm_120a', n).wall().median:.1f}s; {note}")
+                note = (
+                    f"one TU alone ~{fit['per_tu_cpu_s']:.1f}s + dev fixed cost "
+                    f"~{fixed:.1f}s (sglforge start, export + strict series + sync, "
+                    f"build_wheel via PEP 517 hooks, CMake re-run on the kept build dir, "
+                    f"link, post-process, audit) vs 2/N of cold = "
+                    f"{2 / n * cold('sm_120a', n).wall().median:.1f}s; {note}"
+                )
             if n >= 8:
-                t = Target(f"dev one-TU change N={n} <= 2/N of cold wall", 2 / n, r.median,
-                           note=note)
+                t = Target(
+                    f"dev one-TU change N={n} <= 2/N of cold wall", 2 / n, r.median, note=note
+                )
                 targets.append(t)
                 verdict = f"<= 2/N = {2 / n:.1%}: {t.verdict()}"
             else:
                 verdict = "(target at N >= 8)"
-            derived.append({"what": f"dev one-TU / cold N={n}", "ratio": r.to_json(),
-                            "cpu_ratio": cpu.to_json(), "note": note})
-            rows.append(row("3 dev", f"{label}: one-TU change", dev,
-                            f"{r.median:.1%} of cold (CPU {cpu.median:.1%}); ninja compiled "
-                            f"{', '.join(dev.extra[0]['compiled'])}", verdict))
+            derived.append(
+                {
+                    "what": f"dev one-TU / cold N={n}",
+                    "ratio": r.to_json(),
+                    "cpu_ratio": cpu.to_json(),
+                    "note": note,
+                }
+            )
+            rows.append(
+                row(
+                    "3 dev",
+                    f"{label}: one-TU change",
+                    dev,
+                    f"{r.median:.1%} of cold (CPU {cpu.median:.1%}); ninja compiled "
+                    f"{', '.join(dev.extra[0]['compiled'])}",
+                    verdict,
+                )
+            )
 
     for case in (c for c in cases.values() if c.figure == "memory"):
         budget = case.params["budget_bytes"]
@@ -730,72 +913,133 @@ def analyse(bench: Bench) -> tuple[list[dict], list[Target], list[list[str]]]:
         unconstrained = cold("sm_120a", case.params["n"])
         free = {}
         if unconstrained:
-            free = {"planned_jobs": unconstrained.extra[0]["planned_jobs"],
-                    "peak_rss_sum": unconstrained.peak().to_json(),
-                    "max_concurrent_nvcc": max(m.max_nvcc for m in unconstrained.runs),
-                    "utilisation_of_cores": summarize(
-                        [m.cpu_s / (m.wall_s * case.params["cores"])
-                         for m in unconstrained.runs]).to_json()}
-        t1 = Target(f"memory budget: peak summed RSS <= budget ({format_bytes(budget)})",
-                    budget, peak.max, unit="bytes")
-        t2 = Target("memory budget: concurrent nvcc <= jobs that fit", case.params["k_fit"],
-                    nvcc)
+            free = {
+                "planned_jobs": unconstrained.extra[0]["planned_jobs"],
+                "peak_rss_sum": unconstrained.peak().to_json(),
+                "max_concurrent_nvcc": max(m.max_nvcc for m in unconstrained.runs),
+                "utilisation_of_cores": summarize(
+                    [m.cpu_s / (m.wall_s * case.params["cores"]) for m in unconstrained.runs]
+                ).to_json(),
+            }
+        t1 = Target(
+            f"memory budget: peak summed RSS <= budget ({format_bytes(budget)})",
+            budget,
+            peak.max,
+            unit="bytes",
+        )
+        t2 = Target("memory budget: concurrent nvcc <= jobs that fit", case.params["k_fit"], nvcc)
         targets += [t1, t2]
-        derived.append({"what": "memory budget", "planned_jobs": jobs, "max_concurrent_nvcc": nvcc,
-                        "peak_rss_sum": peak.to_json(), "budget_bytes": budget,
-                        "utilisation_of_cores": util.to_json(),
-                        "utilisation_of_slots": slots.to_json(), "unconstrained": free})
-        rows.append(row("4 memory", case.name, case,
-                        f"MAX_JOBS={jobs[0]}; busy {util.median:.0%} of {case.params['cores']} "
-                        f"cores, {slots.median:.0%} of {jobs[0]} slot(s)",
-                        f"peak <= budget: {t1.verdict()}; nvcc <= {case.params['k_fit']}: "
-                        f"{t2.verdict()}"))
+        derived.append(
+            {
+                "what": "memory budget",
+                "planned_jobs": jobs,
+                "max_concurrent_nvcc": nvcc,
+                "peak_rss_sum": peak.to_json(),
+                "budget_bytes": budget,
+                "utilisation_of_cores": util.to_json(),
+                "utilisation_of_slots": slots.to_json(),
+                "unconstrained": free,
+            }
+        )
+        rows.append(
+            row(
+                "4 memory",
+                case.name,
+                case,
+                f"MAX_JOBS={jobs[0]}; busy {util.median:.0%} of {case.params['cores']} "
+                f"cores, {slots.median:.0%} of {jobs[0]} slot(s)",
+                f"peak <= budget: {t1.verdict()}; nvcc <= {case.params['k_fit']}: {t2.verdict()}",
+            )
+        )
         if free:
-            rows.append(row("4 memory", f"N={case.params['n']} sm_120a, no budget",
-                            unconstrained,
-                            f"MAX_JOBS={free['planned_jobs']}; busy "
-                            f"{free['utilisation_of_cores']['median']:.0%} of "
-                            f"{case.params['cores']} cores"))
+            rows.append(
+                row(
+                    "4 memory",
+                    f"N={case.params['n']} sm_120a, no budget",
+                    unconstrained,
+                    f"MAX_JOBS={free['planned_jobs']}; busy "
+                    f"{free['utilisation_of_cores']['median']:.0%} of "
+                    f"{case.params['cores']} cores",
+                )
+            )
 
     check = cases.get(f"check/{PATCH_COUNT} patches")
     if check:
-        t = Target(f"patches check of {PATCH_COUNT} patches < 10 s on {check.params['cpus']} "
-                   "cores", 10.0, check.wall().median, unit="s")
+        t = Target(
+            f"patches check of {PATCH_COUNT} patches < 10 s on {check.params['cpus']} cores",
+            10.0,
+            check.wall().median,
+            unit="s",
+        )
         targets.append(t)
-        rows.append(row("5 check", f"{PATCH_COUNT} patches, {check.params['cpus']} cores",
-                        check, f"first run {check.params['first_run_wall_s']:.1f}s",
-                        f"< 10 s: {t.verdict()}"))
+        rows.append(
+            row(
+                "5 check",
+                f"{PATCH_COUNT} patches, {check.params['cpus']} cores",
+                check,
+                f"first run {check.params['first_run_wall_s']:.1f}s",
+                f"< 10 s: {t.verdict()}",
+            )
+        )
 
     for case in (c for c in cases.values() if c.figure == "verify"):
         r = ratio_vs_cold(case, case.params["n"])
-        derived.append({"what": f"verify / one build {case.name}", "ratio": r.to_json(),
-                        "build_plus_verify_over_build": 1 + r.median})
-        rows.append(row("6 verify", case.name, case,
-                        f"{r.render('x', 2)} of one build (build+verify {1 + r.median:.2f}x)"))
+        derived.append(
+            {
+                "what": f"verify / one build {case.name}",
+                "ratio": r.to_json(),
+                "build_plus_verify_over_build": 1 + r.median,
+            }
+        )
+        rows.append(
+            row(
+                "6 verify",
+                case.name,
+                case,
+                f"{r.render('x', 2)} of one build (build+verify {1 + r.median:.2f}x)",
+            )
+        )
     return derived, targets, rows
 
 
-HEADER = ["figure", "case", "wall median (min–max)", "CPU median (min–max)", "peak RSS (sum)",
-          "nvcc", "ratio", "target"]
+HEADER = [
+    "figure",
+    "case",
+    "wall median (min–max)",
+    "CPU median (min–max)",
+    "peak RSS (sum)",
+    "nvcc",
+    "ratio",
+    "target",
+]
 
 
 def render(results: dict, rows: list[list[str]], targets: list[Target]) -> str:
     machine, tools = results["machine"], results["toolchain"]
-    title = (f"sglforge bench — {machine['cores']} cores, "
-             f"{format_bytes(machine['ram_total_bytes'])} RAM, nvcc {tools['nvcc']}, "
-             f"commit {(results['commit']['commit'] or 'unknown')[:12]}"
-             f"{' (dirty)' if results['commit']['dirty'] else ''}; "
-             f"{results['config']['runs']} run(s) per figure, medians (min–max)")
+    title = (
+        f"sglforge bench — {machine['cores']} cores, "
+        f"{format_bytes(machine['ram_total_bytes'])} RAM, nvcc {tools['nvcc']}, "
+        f"commit {(results['commit']['commit'] or 'unknown')[:12]}"
+        f"{' (dirty)' if results['commit']['dirty'] else ''}; "
+        f"{results['config']['runs']} run(s) per figure, medians (min–max)"
+    )
     lines = [render_table(HEADER, rows, title), "", "targets:"]
-    lines += [f"  {t.verdict():<12} {t.name}: {_value(t)}" + (f" — {t.note}" if t.note else "")
-              for t in targets]
-    others = [c.get("other_load_cores", {}).get("median") for c in results["cases"]
-              if c.get("other_load_cores")]
+    lines += [
+        f"  {t.verdict():<12} {t.name}: {_value(t)}" + (f" — {t.note}" if t.note else "")
+        for t in targets
+    ]
+    others = [
+        c.get("other_load_cores", {}).get("median")
+        for c in results["cases"]
+        if c.get("other_load_cores")
+    ]
     if others:
         median = sorted(others)[len(others) // 2]
-        lines.append(f"load from others during the runs: median {median:.2f}"
-                     f" cores (max {max(others):.2f}); loadavg at start "
-                     f"{machine['loadavg_at_start']:.2f}")
+        lines.append(
+            f"load from others during the runs: median {median:.2f}"
+            f" cores (max {max(others):.2f}); loadavg at start "
+            f"{machine['loadavg_at_start']:.2f}"
+        )
     lines += [f"note: {n}" for n in results["notes"]]
     lines.append(f"total bench time {results['seconds_total']:.0f}s")
     return "\n".join(lines)
@@ -818,30 +1062,55 @@ def _value(t: Target) -> str:
 
 def parse_args(argv: list[str] | None) -> Config:
     p = argparse.ArgumentParser(prog="nox -s bench --", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="smoke-test the bench: 1 run, N=4 only (results not for quoting)")
-    p.add_argument("--runs", type=int,
-                   help="runs of the light figures (sm_120a cold, no-op, one-file with ccache, "
-                        "dev one-TU change; default 2; the median is quoted)")
-    p.add_argument("--heavy-runs", type=int,
-                   help="runs of the heavy figures (3-arch cold, ccache populate, no-cache "
-                        "one-file, memory budget, verify; default 1, at most --runs)")
-    p.add_argument("--n", type=int, nargs="+", metavar="N",
-                   help="translation-unit counts (default 4 8 16)")
-    p.add_argument("--instantiations", type=int, default=None,
-                   help="kernel instantiations per TU, its weight: each ~1.6 s of device CPU "
-                        f"per arch (1..{fixtures.MAX_INSTANTIATIONS}; default "
-                        f"{Config.instantiations}, --quick 1)")
-    p.add_argument("--only", nargs="+", metavar="FIGURE",
-                   choices=["cold", "noop", "one-file", "dev", "memory", "check", "verify"],
-                   help="run only these figures (cold builds run whenever noop, verify or "
-                        "one-file need them)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="results file (default bench/results.json; with --quick "
-                        "bench/results-quick.json, so a smoke run never replaces the full one)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke-test the bench: 1 run, N=4 only (results not for quoting)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        help="runs of the light figures (sm_120a cold, no-op, one-file with ccache, "
+        "dev one-TU change; default 2; the median is quoted)",
+    )
+    p.add_argument(
+        "--heavy-runs",
+        type=int,
+        help="runs of the heavy figures (3-arch cold, ccache populate, no-cache "
+        "one-file, memory budget, verify; default 1, at most --runs)",
+    )
+    p.add_argument(
+        "--n", type=int, nargs="+", metavar="N", help="translation-unit counts (default 4 8 16)"
+    )
+    p.add_argument(
+        "--instantiations",
+        type=int,
+        default=None,
+        help="kernel instantiations per TU, its weight: each ~1.6 s of device CPU "
+        f"per arch (1..{fixtures.MAX_INSTANTIATIONS}; default "
+        f"{Config.instantiations}, --quick 1)",
+    )
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="FIGURE",
+        choices=["cold", "noop", "one-file", "dev", "memory", "check", "verify"],
+        help="run only these figures (cold builds run whenever noop, verify or one-file need them)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file (default bench/results.json; with --quick "
+        "bench/results-quick.json, so a smoke run never replaces the full one)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory (fixtures, logs)")
-    p.add_argument("--render", type=Path, metavar="RESULTS",
-                   help="measure nothing: print the table of a results.json again")
+    p.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS",
+        help="measure nothing: print the table of a results.json again",
+    )
     args = p.parse_args(argv)
     if args.out is None:
         args.out = ROOT / "bench" / ("results-quick.json" if args.quick else "results.json")
@@ -870,9 +1139,13 @@ def rerender(path: Path) -> int:
     """Analyse the runs recorded in a results file with this code and print the table."""
     results = json.loads(path.read_text())
     saved = results["config"]
-    cfg = Config(runs=saved["runs"], heavy_runs=saved.get("heavy_runs", saved["runs"]),
-                 ns=tuple(saved["ns"]),
-                 instantiations=saved["instantiations"], quick=saved["quick"])
+    cfg = Config(
+        runs=saved["runs"],
+        heavy_runs=saved.get("heavy_runs", saved["runs"]),
+        ns=tuple(saved["ns"]),
+        instantiations=saved["instantiations"],
+        quick=saved["quick"],
+    )
     bench = Bench(cfg, path.parent)
     for data in results["cases"]:
         case = Case.from_json(data)
@@ -888,8 +1161,10 @@ def main(argv: list[str] | None = None) -> int:
         return rerender(cfg.render)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="sglforge-bench-"))
-    say(f"work directory {work}; {cfg.runs} run(s), N = {', '.join(map(str, cfg.ns))}, "
-        f"{cfg.instantiations} kernel instantiations per TU")
+    say(
+        f"work directory {work}; {cfg.runs} run(s), N = {', '.join(map(str, cfg.ns))}, "
+        f"{cfg.instantiations} kernel instantiations per TU"
+    )
     bench = Bench(cfg, work)
     machine, tools, commit = machine_info(), toolchain_info(), commit_info()  # as started
     try:
@@ -909,15 +1184,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "toolchain": tools,
         "commit": commit,
-        "config": {"runs": cfg.runs, "heavy_runs": cfg.heavy_runs, "ns": list(cfg.ns),
-                   "instantiations": cfg.instantiations,
-                   "quick": cfg.quick, "warmup_builds": cfg.warmup, "only": list(cfg.only),
-                   "mem_per_job_bytes_for_budget": MEM_PER_JOB_MIB << 20,
-                   "patch_count": PATCH_COUNT,
-                   "measured": "wall: monotonic clock; cpu: user+sys of the child and its "
-                               "reaped descendants (wait4 rusage); peak_rss_sum: max over "
-                               "~50 ms samples of summed RSS of the process tree (/proc); "
-                               "max_rss_one_process: ru_maxrss (largest single process)"},
+        "config": {
+            "runs": cfg.runs,
+            "heavy_runs": cfg.heavy_runs,
+            "ns": list(cfg.ns),
+            "instantiations": cfg.instantiations,
+            "quick": cfg.quick,
+            "warmup_builds": cfg.warmup,
+            "only": list(cfg.only),
+            "mem_per_job_bytes_for_budget": MEM_PER_JOB_MIB << 20,
+            "patch_count": PATCH_COUNT,
+            "measured": "wall: monotonic clock; cpu: user+sys of the child and its "
+            "reaped descendants (wait4 rusage); peak_rss_sum: max over "
+            "~50 ms samples of summed RSS of the process tree (/proc); "
+            "max_rss_one_process: ru_maxrss (largest single process)",
+        },
         "cases": [c.to_json() for c in bench.cases.values()],
         "notes": bench.notes,
     }

@@ -25,15 +25,23 @@ class Summary:
         fmt = f"{{:.{digits}f}}"
         if self.n == 1:
             return fmt.format(self.median) + unit
-        return (fmt.format(self.median) + unit + " (" + fmt.format(self.min) + "–"
-                + fmt.format(self.max) + ")")
+        return (
+            fmt.format(self.median)
+            + unit
+            + " ("
+            + fmt.format(self.min)
+            + "–"
+            + fmt.format(self.max)
+            + ")"
+        )
 
 
 def summarize(values: list[float]) -> Summary:
     if not values:
         raise ValueError("summarize: no values")
-    return Summary(median=statistics.median(values), min=min(values), max=max(values),
-                   n=len(values))
+    return Summary(
+        median=statistics.median(values), min=min(values), max=max(values), n=len(values)
+    )
 
 
 def paired_ratios(numerators: list[float], denominators: list[float]) -> list[float]:
@@ -71,8 +79,14 @@ class Target:
         return {True: "met", False: "NOT met", None: "not measured"}[self.met]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "limit": self.limit, "value": self.value, "unit": self.unit,
-                "met": self.met, "note": self.note}
+        return {
+            "name": self.name,
+            "limit": self.limit,
+            "value": self.value,
+            "unit": self.unit,
+            "met": self.met,
+            "note": self.note,
+        }
 
 
 def format_bytes(n: float | None) -> str:
@@ -88,11 +102,12 @@ def render_table(header: list[str], rows: list[list[str]], title: str = "") -> s
     """A plain-text table: columns padded to their widest cell; the first column left-aligned,
     the others too (cells carry units and ranges, so right-alignment buys nothing)."""
     cells = [header, *rows]
-    widths = [max(len(row[i]) if i < len(row) else 0 for row in cells)
-              for i in range(len(header))]
+    widths = [max(len(row[i]) if i < len(row) else 0 for row in cells) for i in range(len(header))]
+
     def line(row: list[str]) -> str:
         padded = [(row[i] if i < len(row) else "").ljust(widths[i]) for i in range(len(header))]
         return "  ".join(padded).rstrip()
+
     out = [title] if title else []
     out += [line(header), "  ".join("-" * w for w in widths)]
     out += [line(row) for row in rows]

@@ -45,7 +45,7 @@ def build_environment(log: Path) -> dict[str, str]:
         if line.startswith("$ "):  # the header ends at the first command
             break
         if line.startswith("# env "):
-            key, _, value = line[len("# env "):].partition("=")
+            key, _, value = line[len("# env ") :].partition("=")
             # `\\` and `\n` escapes (compiler_cache.mask_env_lines)
             env[key] = re.sub(r"\\([\\n])", lambda m: "\n" if m[1] == "n" else "\\", value)
         elif key is not None and not line.startswith("#"):
@@ -82,15 +82,24 @@ def compile_entries(build_dir: Path) -> list[dict]:
     exported = build_dir / "compile_commands.json"
     if exported.is_file():
         return json.loads(exported.read_text())
-    run = subprocess.run(["ninja", "-C", str(build_dir), "-t", "compdb"], capture_output=True,
-                         text=True)
+    run = subprocess.run(
+        ["ninja", "-C", str(build_dir), "-t", "compdb"], check=False, capture_output=True, text=True
+    )
     if run.returncode != 0:
-        sys.exit(f"error: {build_dir}: no compile_commands.json and `ninja -t compdb` failed: "
-                 f"{run.stderr.strip()[-300:]}")
-    return [e for e in json.loads(run.stdout)
-            if " -c " in e["command"] and e.get("output", "").endswith(".o")
-            and (Path(e["directory"], e["output"]).is_file()
-                 or backup_of(Path(e["directory"], e["output"])).is_file())]
+        sys.exit(
+            f"error: {build_dir}: no compile_commands.json and `ninja -t compdb` failed: "
+            f"{run.stderr.strip()[-300:]}"
+        )
+    return [
+        e
+        for e in json.loads(run.stdout)
+        if " -c " in e["command"]
+        and e.get("output", "").endswith(".o")
+        and (
+            Path(e["directory"], e["output"]).is_file()
+            or backup_of(Path(e["directory"], e["output"])).is_file()
+        )
+    ]
 
 
 def recheck(entry: dict, env: dict[str, str]) -> dict:
@@ -108,15 +117,24 @@ def recheck(entry: dict, env: dict[str, str]) -> dict:
         return result
     try:
         start = time.monotonic()
-        run = subprocess.run(shlex.split(entry["command"]), cwd=directory, env=env,
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            shlex.split(entry["command"]),
+            cwd=directory,
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         result["seconds"] = round(time.monotonic() - start, 1)
         if run.returncode != 0:
             result.update(status="compile-failed", stderr=run.stderr[-2000:])
             return result
         new = recorded.read_bytes()
-        result.update(sha256=hashlib.sha256(new).hexdigest(), size=len(new),
-                      status="identical" if new == old else "differs")
+        result.update(
+            sha256=hashlib.sha256(new).hexdigest(),
+            size=len(new),
+            status="identical" if new == old else "differs",
+        )
         if new != old:
             result["recorded_sha256"] = hashlib.sha256(old).hexdigest()
     except OSError as error:
@@ -137,7 +155,8 @@ def main() -> int:
     args = parser.parse_args()
 
     # one run per results file: a second would redo the same TUs and write them twice
-    lock = open(args.results.with_name(args.results.name + ".lock"), "w")
+    # held (flock) until the process exits: no `with`
+    lock = open(args.results.with_name(args.results.name + ".lock"), "w")  # noqa: SIM115
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -151,19 +170,22 @@ def main() -> int:
                 done.add(json.loads(line)["file"])
     todo = [e for e in entries if e["file"] not in done]
     if args.limit:
-        todo = todo[:args.limit]
+        todo = todo[: args.limit]
     env = build_environment(args.log)
     if restore_interrupted(entries):
         print("restored the build's objects an interrupted run had moved aside", flush=True)
-    print(f"{len(entries)} TUs, {len(done)} already checked, {len(todo)} to do "
-          f"({args.jobs} job(s))", flush=True)
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, \
-            args.results.open("a") as out:
+    print(
+        f"{len(entries)} TUs, {len(done)} already checked, {len(todo)} to do ({args.jobs} job(s))",
+        flush=True,
+    )
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, args.results.open("a") as out:
         for result in pool.map(lambda e: recheck(e, env), todo):
             out.write(json.dumps(result, sort_keys=True) + "\n")
             out.flush()
-            print(f"{result['status']:>14}  {result.get('seconds', '-')}s  {result['file']}",
-                  flush=True)
+            print(
+                f"{result['status']:>14}  {result.get('seconds', '-')}s  {result['file']}",
+                flush=True,
+            )
     latest = {}  # per TU, its last result
     for x in args.results.read_text().splitlines():
         if x.strip():

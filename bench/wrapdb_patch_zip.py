@@ -32,8 +32,7 @@ MAX_GAP_STEPS = 450  # LICENSE.build is written at most 15 minutes after the che
 
 
 def git_show(repo: str, spec: str) -> bytes:
-    return subprocess.run(["git", "-C", repo, "show", spec], check=True,
-                          capture_output=True).stdout
+    return subprocess.run(["git", "-C", repo, "show", spec], check=True, capture_output=True).stdout
 
 
 def zip_bytes(directory: str, files: dict[str, bytes], order: list[str]) -> bytearray:
@@ -54,14 +53,17 @@ def zip_bytes(directory: str, files: dict[str, bytes], order: list[str]) -> byte
 
 def dos_time(epoch: int) -> bytes:
     t = time.gmtime(epoch)
-    return struct.pack("<HH", (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2),
-                       ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday)
+    return struct.pack(
+        "<HH",
+        (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2),
+        ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday,
+    )
 
 
 def time_fields(data: bytearray) -> list[tuple[int, int]]:
     """Offsets of (local header, central directory) time/date fields, entry by entry."""
-    local = [i + 10 for i in range(len(data) - 4) if data[i:i + 4] == b"PK\x03\x04"]
-    central = [i + 12 for i in range(len(data) - 4) if data[i:i + 4] == b"PK\x01\x02"]
+    local = [i + 10 for i in range(len(data) - 4) if data[i : i + 4] == b"PK\x03\x04"]
+    central = [i + 12 for i in range(len(data) - 4) if data[i : i + 4] == b"PK\x01\x02"]
     return list(zip(local, central, strict=True))
 
 
@@ -72,12 +74,12 @@ def search(data: bytearray, groups: list[str], want: str, start: int, steps: int
         for k, group in enumerate(groups):
             if group == "checkout":
                 for off in fields[k]:
-                    data[off:off + 4] = dos_time(checkout)
+                    data[off : off + 4] = dos_time(checkout)
         for gap in range(MAX_GAP_STEPS + 1):
             for k, group in enumerate(groups):
                 if group == "license":
                     for off in fields[k]:
-                        data[off:off + 4] = dos_time(checkout + 2 * gap)
+                        data[off : off + 4] = dos_time(checkout + 2 * gap)
             if hashlib.sha256(data).hexdigest() == want:
                 return checkout
     return None
@@ -86,14 +88,19 @@ def search(data: bytearray, groups: list[str], want: str, start: int, steps: int
 def main(argv: list[str]) -> int:
     repo, tag, directory, want, start_utc, hours, out = argv
     name = tag.rsplit("_", 1)[0]
-    listing = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only",
-                              f"{tag}:subprojects/packagefiles/{name}/"], check=True,
-                             capture_output=True, text=True).stdout.split()
+    listing = subprocess.run(
+        ["git", "-C", repo, "ls-tree", "--name-only", f"{tag}:subprojects/packagefiles/{name}/"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     if listing != ["meson.build"]:
         print(f"packagefiles/{name} holds {listing}: only meson.build is handled", file=sys.stderr)
         return 2
-    files = {"meson.build": git_show(repo, f"{tag}:subprojects/packagefiles/{name}/meson.build"),
-             "LICENSE.build": git_show(repo, f"{tag}:COPYING")}
+    files = {
+        "meson.build": git_show(repo, f"{tag}:subprojects/packagefiles/{name}/meson.build"),
+        "LICENSE.build": git_show(repo, f"{tag}:COPYING"),
+    }
     start = calendar.timegm(time.strptime(start_utc, "%Y-%m-%dT%H:%M:%S")) // 2 * 2
     for order in (["meson.build", "LICENSE.build"], ["LICENSE.build", "meson.build"]):
         data = zip_bytes(directory, files, order)
@@ -102,8 +109,10 @@ def main(argv: list[str]) -> int:
         if found is not None:
             with open(out, "wb") as f:
                 f.write(data)
-            print(f"sha256 {want} matched: order {order}, checkout "
-                  f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(found))}")
+            print(
+                f"sha256 {want} matched: order {order}, checkout "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(found))}"
+            )
             return 0
     print("no match in the window", file=sys.stderr)
     return 1

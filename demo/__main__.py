@@ -58,21 +58,29 @@ def make_mirror(mirror: Path) -> dict[str, str]:
     for name, files in UPSTREAMS.items():
         commits[name] = make_repo(mirror / "org" / name, files)
         if commits[name] != pins[name]:
-            raise DemoError(f"demo/upstreams.py generates {name} at {commits[name]}, but "
-                            f"demo/project/lockfiles/upstreams.toml pins {pins[name]}")
+            raise DemoError(
+                f"demo/upstreams.py generates {name} at {commits[name]}, but "
+                f"demo/project/lockfiles/upstreams.toml pins {pins[name]}"
+            )
     return commits
 
 
 def cuda_release() -> str:
-    for nvcc in (os.environ.get("CUDA_HOME", "") + "/bin/nvcc", "/usr/local/cuda/bin/nvcc",
-                 shutil.which("nvcc") or ""):
+    for nvcc in (
+        os.environ.get("CUDA_HOME", "") + "/bin/nvcc",
+        "/usr/local/cuda/bin/nvcc",
+        shutil.which("nvcc") or "",
+    ):
         if nvcc and Path(nvcc).is_file():
-            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
-                                 check=False).stdout
+            out = subprocess.run(
+                [nvcc, "--version"], capture_output=True, text=True, check=False
+            ).stdout
             if "release " in out:
                 return out.split("release ")[1].split(",")[0]
-    raise DemoError("nvcc not found ($CUDA_HOME/bin, /usr/local/cuda/bin, PATH): the demo "
-                    "builds a CUDA extension for sm_120a (CUDA 12.8 or newer)")
+    raise DemoError(
+        "nvcc not found ($CUDA_HOME/bin, /usr/local/cuda/bin, PATH): the demo "
+        "builds a CUDA extension for sm_120a (CUDA 12.8 or newer)"
+    )
 
 
 def toolchain_toml() -> str:
@@ -84,21 +92,29 @@ def toolchain_toml() -> str:
         except importlib.metadata.PackageNotFoundError:
             missing.append(name)
     if missing:
-        raise DemoError(f"this interpreter ({sys.executable}) lacks {', '.join(missing)}: "
-                        "run the demo with `nox -s demo`, which installs them")
-    return ("# Written by `python -m demo` for this host: the interpreter, build tools and CUDA\n"
-            "# release the demo builds with (a build checks it runs with exactly these).\n"
-            f'cuda = "{cuda_release()}"\n'
-            f'python = "{sys.version_info.major}.{sys.version_info.minor}"\n\n'
-            "[build-requires]\n" + "\n".join(pins) + "\n")
+        raise DemoError(
+            f"this interpreter ({sys.executable}) lacks {', '.join(missing)}: "
+            "run the demo with `nox -s demo`, which installs them"
+        )
+    return (
+        "# Written by `python -m demo` for this host: the interpreter, build tools and CUDA\n"
+        "# release the demo builds with (a build checks it runs with exactly these).\n"
+        f'cuda = "{cuda_release()}"\n'
+        f'python = "{sys.version_info.major}.{sys.version_info.minor}"\n\n'
+        "[build-requires]\n" + "\n".join(pins) + "\n"
+    )
 
 
 def prepare(workdir: Path) -> dict[str, Path]:
     if workdir.exists():
         shutil.rmtree(workdir)
-    paths = {"project": workdir / "project", "mirror": workdir / "mirror",
-             "cache": workdir / "cache", "build_root": workdir / "build-root",
-             "config": workdir / "config.toml"}
+    paths = {
+        "project": workdir / "project",
+        "mirror": workdir / "mirror",
+        "cache": workdir / "cache",
+        "build_root": workdir / "build-root",
+        "config": workdir / "config.toml",
+    }
     make_mirror(paths["mirror"])
     shutil.copytree(PROJECT, paths["project"])
     (paths["project"] / "lockfiles" / "toolchain.toml").write_text(toolchain_toml())
@@ -109,14 +125,26 @@ def prepare(workdir: Path) -> dict[str, Path]:
 
 def sglforge(paths: dict[str, Path], *args: str) -> str:
     """One `python -m sglforge` step, output shown as it comes; a failure stops the demo."""
-    cmd = [sys.executable, "-m", "sglforge", "--project", str(paths["project"]),
-           "--config", str(paths["config"]), "--cache-dir", str(paths["cache"]),
-           "--build-root", str(paths["build_root"]), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglforge",
+        "--project",
+        str(paths["project"]),
+        "--config",
+        str(paths["config"]),
+        "--cache-dir",
+        str(paths["cache"]),
+        "--build-root",
+        str(paths["build_root"]),
+        *args,
+    ]
     print(f"\n$ sglforge {' '.join(args)}", flush=True)
     env = {k: v for k, v in os.environ.items() if k not in ("SGLFORGE_PROJECT", "SGLFORGE_CONFIG")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False)
+    proc = subprocess.run(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
     print(proc.stdout, end="", flush=True)
     if proc.returncode != 0:
         raise DemoError(f"`sglforge {' '.join(args)}` exited with status {proc.returncode}")
@@ -126,8 +154,10 @@ def sglforge(paths: dict[str, Path], *args: str) -> str:
 def run(workdir: Path) -> int:
     started = time.monotonic()
     paths = prepare(workdir)
-    print(f"demo project: {paths['project']} (a copy of demo/project)\n"
-          f"local mirror: {paths['mirror']} (of {MIRROR_PREFIX}; generated, pinned commits)")
+    print(
+        f"demo project: {paths['project']} (a copy of demo/project)\n"
+        f"local mirror: {paths['mirror']} (of {MIRROR_PREFIX}; generated, pinned commits)"
+    )
     sglforge(paths, "preflight", "--no-fetch", "build")  # host and inputs, before any work
     sglforge(paths, "fetch")
     sglforge(paths, "patches", "check")
@@ -152,9 +182,12 @@ def run(workdir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "demo",
-                        help="where the demo writes everything (wiped first; default: "
-                             "build/demo)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=ROOT / "build" / "demo",
+        help="where the demo writes everything (wiped first; default: build/demo)",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     try:

@@ -23,12 +23,20 @@ MIRROR_PREFIX = "https://example.invalid/"
 
 
 def git(cwd: Path, *args: str, date: str = COMMIT_DATE) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="Upstream", GIT_AUTHOR_EMAIL="up@example.invalid",
-               GIT_COMMITTER_NAME="Upstream", GIT_COMMITTER_EMAIL="up@example.invalid",
-               GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date, GIT_CONFIG_NOSYSTEM="1",
-               HOME=str(cwd))
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False)
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="Upstream",
+        GIT_AUTHOR_EMAIL="up@example.invalid",
+        GIT_COMMITTER_NAME="Upstream",
+        GIT_COMMITTER_EMAIL="up@example.invalid",
+        GIT_AUTHOR_DATE=date,
+        GIT_COMMITTER_DATE=date,
+        GIT_CONFIG_NOSYSTEM="1",
+        HOME=str(cwd),
+    )
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)}: {proc.stderr}")
     return proc.stdout.strip()
@@ -161,6 +169,7 @@ extern "C" int cudaext_sum(const float* x, int n, float* result) {
 }
 """,
 }
+
 
 def skbuild_pyproject(name: str) -> str:
     """pyproject.toml of a scikit-build-core extension fixture (python/<name>, setuptools-scm)."""

@@ -20,8 +20,10 @@ def _missing_cuda_tools() -> list[str]:
     from sglforge.wheel.audit import find_cuobjdump
 
     missing = []
-    nvcc = [Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "nvcc",
-            Path("/usr/local/cuda/bin/nvcc")]
+    nvcc = [
+        Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "nvcc",
+        Path("/usr/local/cuda/bin/nvcc"),
+    ]
     if not any(p.is_file() for p in nvcc) and not shutil.which("nvcc"):
         missing.append("nvcc (CUDA 13 toolkit)")
     if find_cuobjdump(Path("/usr/local/cuda")) is None:
@@ -29,7 +31,7 @@ def _missing_cuda_tools() -> list[str]:
     return missing
 
 
-def pytest_collection_modifyitems(config, items):  # noqa: ANN001
+def pytest_collection_modifyitems(config, items):
     if not any("cuda" in item.keywords for item in items):
         return
     missing = _missing_cuda_tools()
@@ -44,12 +46,12 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
 
 
 @pytest.fixture
-def world(tmp_path):  # noqa: ANN001, ANN201
+def world(tmp_path):
     return World(tmp_path)
 
 
 @pytest.fixture
-def upstreams(world):  # noqa: ANN001, ANN201
+def upstreams(world):
     """alpha (a Python package with history, a tag and a moving branch) with submodule beta
     pinned in the lockfile, plus gamma: a FetchContent-style tarball."""
     from tests.fixtures.gitrepos import make_tarball, source_entry
@@ -58,23 +60,32 @@ def upstreams(world):  # noqa: ANN001, ANN201
     beta_v1 = beta.commit("beta v1", {"beta.h": "#define BETA 1\n"})
     beta_v2 = beta.commit("beta v2", {"beta.h": "#define BETA 2\n"})
     alpha = world.repo("org/alpha")
-    alpha.commit("initial", {
-        "pyproject.toml": '[project]\nname = "alpha"\nversion = "1.0"\n',
-        "src/alpha/__init__.py": "VALUE = 1\n",
-        "src/alpha/core.py": "".join(f"def f{i}():\n    return {i}\n\n" for i in range(30)),
-    })
+    alpha.commit(
+        "initial",
+        {
+            "pyproject.toml": '[project]\nname = "alpha"\nversion = "1.0"\n',
+            "src/alpha/__init__.py": "VALUE = 1\n",
+            "src/alpha/core.py": "".join(f"def f{i}():\n    return {i}\n\n" for i in range(30)),
+        },
+    )
     alpha.tag("v1")
     alpha.add_submodule(beta, "third_party/beta", beta_v2)
     pinned = alpha.commit("add beta submodule")
     moved = alpha.commit("later work on main", {"src/alpha/__init__.py": "VALUE = 2\n"})
-    gamma_sha = make_tarball(world.mirror / "org/gamma/archive/v1.tar.gz", "gamma-1.0",
-                             {"CMakeLists.txt": "project(gamma)\n", "gamma.h": "int g;\n"})
-    text = (source_entry("alpha", world.url("org/alpha"), pinned, ref="main")
-            + source_entry("alpha.beta", world.url("org/beta"), beta_v2, parent="alpha",
-                           path="third_party/beta")
-            + "[[source]]\nname = \"alpha.gamma\"\nparent = \"alpha\"\n"
-              "fetchcontent = \"repo-gamma\"\n"
-              f"url = \"{world.url('org/gamma/archive/v1.tar.gz')}\"\nsha256 = \"{gamma_sha}\"\n")
+    gamma_sha = make_tarball(
+        world.mirror / "org/gamma/archive/v1.tar.gz",
+        "gamma-1.0",
+        {"CMakeLists.txt": "project(gamma)\n", "gamma.h": "int g;\n"},
+    )
+    text = (
+        source_entry("alpha", world.url("org/alpha"), pinned, ref="main")
+        + source_entry(
+            "alpha.beta", world.url("org/beta"), beta_v2, parent="alpha", path="third_party/beta"
+        )
+        + '[[source]]\nname = "alpha.gamma"\nparent = "alpha"\n'
+        'fetchcontent = "repo-gamma"\n'
+        f'url = "{world.url("org/gamma/archive/v1.tar.gz")}"\nsha256 = "{gamma_sha}"\n'
+    )
     world.write_lockfile(text)
 
     class Upstreams:

@@ -73,13 +73,19 @@ def build(base: Path) -> FixtureProject:
     root = fixture.root
     repo = fixture.mirror / "org" / "purepy"
     patches = root / "patches" / "purepy"
-    upstreams.make_patch(repo, "0001-greeting.patch",
-                         {"src/purepy/__init__.py":
-                          'GREETING = "hello, fuzzer"\n\n\ndef greet():\n    return GREETING\n'},
-                         "purepy: greet the fuzzer\n\n" + PATCH_HEADER, patches)
+    upstreams.make_patch(
+        repo,
+        "0001-greeting.patch",
+        {
+            "src/purepy/__init__.py": 'GREETING = "hello, fuzzer"\n\n\ndef greet():\n    return GREETING\n'
+        },
+        "purepy: greet the fuzzer\n\n" + PATCH_HEADER,
+        patches,
+    )
     (patches / "series").write_text("# purepy patches\n0001-greeting.patch\n")
-    smoke = SmokeProject(root=root, ports={"prefill": 30100, "decode": 30101,
-                                           "bootstrap": 30102, "router": 30103})
+    smoke = SmokeProject(
+        root=root, ports={"prefill": 30100, "decode": 30101, "bootstrap": 30102, "router": 30103}
+    )
     smoke.write_profile("standin")
     build_wheelset(root)
     (root / "lockfiles" / "runtime.lock").write_text(RUNTIME_LOCK)

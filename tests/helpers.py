@@ -29,8 +29,11 @@ def sha256(path: Path) -> str:
 
 def snapshot(directory: Path) -> dict[str, str]:
     """name -> sha256 of every file (to prove a directory was left untouched)."""
-    return {str(p.relative_to(directory)): sha256(p) for p in sorted(directory.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(directory)): sha256(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def fresh_venv(path: Path) -> Path:
@@ -48,13 +51,35 @@ def pip_env() -> dict[str, str]:
 
 def install_lock(python: Path, project_root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), "-m", "pip", "install", "--require-hashes", "--no-index",
-         "--find-links", str(project_root / "wheels"), "-r",
-         str(project_root / "lockfiles" / "wheels.lock")],
-        capture_output=True, text=True, env=pip_env(), check=False)
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--require-hashes",
+            "--no-index",
+            "--find-links",
+            str(project_root / "wheels"),
+            "-r",
+            str(project_root / "lockfiles" / "wheels.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        env=pip_env(),
+        check=False,
+    )
 
 
 def provenance_stub(**fields) -> Provenance:
     """A minimal valid Provenance, for tests of post-processing (a build records much more)."""
-    return Provenance(**{"upstream": "demo", "commit": "0" * 40, "version": "", "cuda_archs": (),
-                         "requires_torch": None, "toolchain": {}, **fields})
+    return Provenance(
+        **{
+            "upstream": "demo",
+            "commit": "0" * 40,
+            "version": "",
+            "cuda_archs": (),
+            "requires_torch": None,
+            "toolchain": {},
+            **fields,
+        }
+    )

@@ -25,36 +25,39 @@ def edit_core(index: int, value: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def tree(world, upstreams):  # noqa: ANN001, ANN201
+def tree(world, upstreams):
     """A fresh export of alpha at its pin, and a function applying the project's series."""
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
     fetch_sources(lock, [], world.settings(), offline=False)
-    exported = export_source(lock, "alpha", world.build_root / "src/alpha",
-                                     world.settings())
+    exported = export_source(lock, "alpha", world.build_root / "src/alpha", world.settings())
 
-    def apply():  # noqa: ANN202
+    def apply():
         series = load_series(Project(world.project), "alpha")
         return apply_series(exported.path, series, world.settings())
 
     return SimpleNamespace(path=exported.path, apply=apply)
 
 
-def head(path):  # noqa: ANN001, ANN201
+def head(path):
     return run_git(path, "rev-parse", "HEAD")
 
 
 def mbox(subject: str, diff: str) -> bytes:
-    return (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-            f"From: Someone <someone@example.invalid>\nDate: Thu, 1 Jan 2026 00:00:00 +0000\n"
-            f"Subject: [PATCH] {subject}\n\nDescription: {subject}\n---\n{diff}-- \n2.39.5\n"
-            ).encode()
+    return (
+        f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: Someone <someone@example.invalid>\nDate: Thu, 1 Jan 2026 00:00:00 +0000\n"
+        f"Subject: [PATCH] {subject}\n\nDescription: {subject}\n---\n{diff}-- \n2.39.5\n"
+    ).encode()
 
 
 def test_series_applies_as_one_commit_per_patch(world, upstreams, tree):
     first = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
     second = local_patch(upstreams.alpha, upstreams.pinned, "Fix f20", edit_core(20, "2020"))
-    world.write_series("alpha", ["# ours", "0001-fix-f3.patch", "0002-fix-f20.patch"],
-                       {"0001-fix-f3.patch": first, "0002-fix-f20.patch": second})
+    world.write_series(
+        "alpha",
+        ["# ours", "0001-fix-f3.patch", "0002-fix-f20.patch"],
+        {"0001-fix-f3.patch": first, "0002-fix-f20.patch": second},
+    )
     applied = tree.apply()
     assert [a.label for a in applied] == ["0001-fix-f3.patch", "0002-fix-f20.patch"]
     log = run_git(tree.path, "log", "--format=%s", f"{upstreams.pinned}..HEAD").splitlines()
@@ -63,21 +66,30 @@ def test_series_applies_as_one_commit_per_patch(world, upstreams, tree):
     assert "return 33" in core and "return 2020" in core
     assert run_git(tree.path, "status", "--porcelain") == ""
     # Same series on the same pin gives the same commits (fixed committer and dates).
-    again = export_source(parse_lockfile(world.project / "lockfiles/upstreams.toml"),
-                                  "alpha", world.root / "again", world.settings())
-    second_run = apply_series(again.path, load_series(Project(world.project), "alpha"),
-                              world.settings())
+    again = export_source(
+        parse_lockfile(world.project / "lockfiles/upstreams.toml"),
+        "alpha",
+        world.root / "again",
+        world.settings(),
+    )
+    second_run = apply_series(
+        again.path, load_series(Project(world.project), "alpha"), world.settings()
+    )
     assert [a.commit for a in second_run] == [a.commit for a in applied]
 
 
 def test_patch_that_no_longer_applies_names_patch_file_hunk_and_restores_tree(
-        world, upstreams, tree):
+    world, upstreams, tree
+):
     good = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
     stale = local_patch(upstreams.alpha, upstreams.pinned, "Fix f10", edit_core(10, "1010"))
     # Upstream changed the very line this hunk replaces: no amount of fuzz helps.
     stale = stale.replace(b"\n-    return 10\n", b"\n-    return 100\n")
-    world.write_series("alpha", ["0001-fix-f3.patch", "0002-fix-f10.patch"],
-                       {"0001-fix-f3.patch": good, "0002-fix-f10.patch": stale})
+    world.write_series(
+        "alpha",
+        ["0001-fix-f3.patch", "0002-fix-f10.patch"],
+        {"0001-fix-f3.patch": good, "0002-fix-f10.patch": stale},
+    )
     start = head(tree.path)
     with pytest.raises(PatchFailed) as err:
         tree.apply()
@@ -111,41 +123,71 @@ def test_fuzzy_only_match_is_refused(world, upstreams, tree):
 
 def test_already_applied_patch_is_refused_not_reversed(world, upstreams, tree):
     patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
-    world.write_series("alpha", ["0001-fix-f3.patch", "0002-fix-f3-again.patch"],
-                       {"0001-fix-f3.patch": patch, "0002-fix-f3-again.patch": patch})
-    with pytest.raises(PatchFailed, match="already in the file .* only\napply reversed|"
-                                          "only apply reversed"):
+    world.write_series(
+        "alpha",
+        ["0001-fix-f3.patch", "0002-fix-f3-again.patch"],
+        {"0001-fix-f3.patch": patch, "0002-fix-f3-again.patch": patch},
+    )
+    with pytest.raises(
+        PatchFailed, match="already in the file .* only\napply reversed|only apply reversed"
+    ):
         tree.apply()
 
 
 def test_path_escapes_are_refused_before_anything_is_written(world, upstreams, tree):
     fine = local_patch(upstreams.alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
-    dotdot = mbox("evil", "diff --git a/../evil.txt b/../evil.txt\nnew file mode 100644\n"
-                          "index 0000000..1111111\n--- /dev/null\n+++ b/../evil.txt\n"
-                          "@@ -0,0 +1 @@\n+boom\n")
-    link = mbox("add link", "diff --git a/inner b/inner\nnew file mode 120000\n"
-                            "index 0000000..2222222\n--- /dev/null\n+++ b/inner\n"
-                            "@@ -0,0 +1 @@\n+src\n\\ No newline at end of file\n")
-    through = mbox("write via link", "diff --git a/inner/alpha/x.py b/inner/alpha/x.py\n"
-                                     "new file mode 100644\nindex 0000000..3333333\n"
-                                     "--- /dev/null\n+++ b/inner/alpha/x.py\n"
-                                     "@@ -0,0 +1 @@\n+x = 1\n")
-    outside = mbox("link out", "diff --git a/out b/out\nnew file mode 120000\n"
-                               "index 0000000..4444444\n--- /dev/null\n+++ b/out\n"
-                               "@@ -0,0 +1 @@\n+../../..\n\\ No newline at end of file\n")
-    world.write_series("alpha", ["0001-fine.patch", "0002-dotdot.patch", "0003-link.patch",
-                                 "0004-through.patch", "0005-out.patch"],
-                       {"0001-fine.patch": fine, "0002-dotdot.patch": dotdot,
-                        "0003-link.patch": link, "0004-through.patch": through,
-                        "0005-out.patch": outside})
+    dotdot = mbox(
+        "evil",
+        "diff --git a/../evil.txt b/../evil.txt\nnew file mode 100644\n"
+        "index 0000000..1111111\n--- /dev/null\n+++ b/../evil.txt\n"
+        "@@ -0,0 +1 @@\n+boom\n",
+    )
+    link = mbox(
+        "add link",
+        "diff --git a/inner b/inner\nnew file mode 120000\n"
+        "index 0000000..2222222\n--- /dev/null\n+++ b/inner\n"
+        "@@ -0,0 +1 @@\n+src\n\\ No newline at end of file\n",
+    )
+    through = mbox(
+        "write via link",
+        "diff --git a/inner/alpha/x.py b/inner/alpha/x.py\n"
+        "new file mode 100644\nindex 0000000..3333333\n"
+        "--- /dev/null\n+++ b/inner/alpha/x.py\n"
+        "@@ -0,0 +1 @@\n+x = 1\n",
+    )
+    outside = mbox(
+        "link out",
+        "diff --git a/out b/out\nnew file mode 120000\n"
+        "index 0000000..4444444\n--- /dev/null\n+++ b/out\n"
+        "@@ -0,0 +1 @@\n+../../..\n\\ No newline at end of file\n",
+    )
+    world.write_series(
+        "alpha",
+        [
+            "0001-fine.patch",
+            "0002-dotdot.patch",
+            "0003-link.patch",
+            "0004-through.patch",
+            "0005-out.patch",
+        ],
+        {
+            "0001-fine.patch": fine,
+            "0002-dotdot.patch": dotdot,
+            "0003-link.patch": link,
+            "0004-through.patch": through,
+            "0005-out.patch": outside,
+        },
+    )
     start = head(tree.path)
     with pytest.raises(PatchFailed) as err:
         tree.apply()
     message = str(err.value)
     assert message.startswith("refused before anything was written")
     assert "(0002-dotdot.patch): file '../evil.txt' contains '..'" in message
-    assert "(0004-through.patch): file 'inner/alpha/x.py' goes through the symlink inner -> src" \
+    assert (
+        "(0004-through.patch): file 'inner/alpha/x.py' goes through the symlink inner -> src"
         in message
+    )
     assert "(0005-out.patch): symlink 'out' -> '../../..' points outside the tree" in message
     assert "0001-fine.patch" not in message and "0003-link.patch" not in message
     assert head(tree.path) == start
@@ -153,7 +195,7 @@ def test_path_escapes_are_refused_before_anything_is_written(world, upstreams, t
     assert not (world.build_root / "src/evil.txt").exists()
 
 
-def upstream_fix(world, upstreams, message: str, files: dict[str, str]) -> tuple[str, str]:  # noqa: ANN001
+def upstream_fix(world, upstreams, message: str, files: dict[str, str]) -> tuple[str, str]:
     """An upstream commit on a side branch of alpha (what a backport refers to), fetched into
     the cache; returns (commit, sha256 of its normalized diff)."""
     alpha = upstreams.alpha
@@ -162,14 +204,14 @@ def upstream_fix(world, upstreams, message: str, files: dict[str, str]) -> tuple
     run_git(alpha.path, "checkout", "--quiet", "main")
     cache = SourceCache(world.cache)
     with cache.locked():
-        fetch_commit(cache, GitWant(world.url("org/alpha"), fix, "t"),
-                             world.settings(), False)
+        fetch_commit(cache, GitWant(world.url("org/alpha"), fix, "t"), world.settings(), False)
     return fix, digest_of(cache.git_dir(world.url("org/alpha")), fix)
 
 
 def test_backport_by_reference_is_produced_verified_and_committed(world, upstreams, tree):
-    fix, digest = upstream_fix(world, upstreams, "Upstream: fix f7\n\nLong explanation.",
-                               edit_core(7, "77"))
+    fix, digest = upstream_fix(
+        world, upstreams, "Upstream: fix f7\n\nLong explanation.", edit_core(7, "77")
+    )
     world.write_series("alpha", [f"backport {world.url('org/alpha')} {fix} sha256={digest}"])
     applied = tree.apply()
     assert applied[0].label == f"backport {fix[:12]}"
@@ -196,11 +238,16 @@ def test_backport_with_wrong_digest_fails_closed(world, upstreams, tree):
 
 
 def test_backport_exclude_drops_files_and_unknown_exclude_is_an_error(world, upstreams, tree):
-    fix, digest = upstream_fix(world, upstreams, "Upstream: two files",
-                               {**edit_core(7, "77"), "src/alpha/__init__.py": "VALUE = 7\n"})
+    fix, digest = upstream_fix(
+        world,
+        upstreams,
+        "Upstream: two files",
+        {**edit_core(7, "77"), "src/alpha/__init__.py": "VALUE = 7\n"},
+    )
     url = world.url("org/alpha")
-    world.write_series("alpha",
-                       [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"])
+    world.write_series(
+        "alpha", [f"backport {url} {fix} sha256={digest} exclude=src/alpha/__init__.py"]
+    )
     tree.apply()
     assert "return 77" in (tree.path / "src/alpha/core.py").read_text()
     assert (tree.path / "src/alpha/__init__.py").read_text() == "VALUE = 1\n"
@@ -221,8 +268,9 @@ def test_cli_check_reports_ok_and_apply_leaves_series_in_git_log(world, upstream
 
 
 def test_series_file_problems_are_reported_with_lines(world, upstreams, capsys):
-    world.write_series("alpha", ["0001-missing.patch", "backport https://x abc sha256=1",
-                                 "../evil.patch"])
+    world.write_series(
+        "alpha", ["0001-missing.patch", "backport https://x abc sha256=1", "../evil.patch"]
+    )
     assert main(world.cli_args() + ["patches", "check"]) == 2
     err = capsys.readouterr().err
     assert "series: 4 problems" in err
@@ -239,7 +287,8 @@ def test_check_against_a_directory_snapshot(world, upstreams, capsys, tmp_path):
     unpacked = tmp_path / "wheel-tree"
     (unpacked / "alpha").mkdir(parents=True)
     (unpacked / "alpha/core.py").write_text(
-        (upstreams.alpha.path / "src/alpha/core.py").read_text())
+        (upstreams.alpha.path / "src/alpha/core.py").read_text()
+    )
     (unpacked / "alpha/__init__.py").write_text("VALUE = 1\n")
     args = world.cli_args() + ["patches", "check", "alpha", "--against", str(unpacked)]
     assert main(args + ["--against-prefix", "src"]) == 0

@@ -17,14 +17,17 @@ from sglforge.wheel import audit
 
 pytestmark = pytest.mark.cuda
 
-KERNEL = "__global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }\n" \
-         "extern \"C\" void launch(float *x) { scale<<<1, 32>>>(x, 2.0f); }\n"
+KERNEL = (
+    "__global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }\n"
+    'extern "C" void launch(float *x) { scale<<<1, 32>>>(x, 2.0f); }\n'
+)
 
 
 def _nvcc() -> str:
     home = os.environ.get("CUDA_HOME")
     for candidate in ([Path(home) / "bin" / "nvcc"] if home else []) + [
-            Path("/usr/local/cuda/bin/nvcc")]:
+        Path("/usr/local/cuda/bin/nvcc")
+    ]:
         if candidate.is_file():
             return str(candidate)
     return shutil.which("nvcc") or "nvcc"
@@ -35,9 +38,20 @@ def _wheel(tmp_path: Path, code: str) -> Path:
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
     lib = tmp_path / f"lib{code}.so"
-    subprocess.run([_nvcc(), "-shared", "-Xcompiler", "-fPIC",
-                    f"-gencode=arch={code.replace('sm_', 'compute_')},code={code}",
-                    "-o", str(lib), str(src)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            _nvcc(),
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            f"-gencode=arch={code.replace('sm_', 'compute_')},code={code}",
+            "-o",
+            str(lib),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = tmp_path / f"k_{code}-1.0-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("k/libk.so", lib.read_bytes())

@@ -40,8 +40,9 @@ def test_paired_ratios_fit_and_targets():
 
 
 def test_table_pads_columns_to_the_widest_cell():
-    text = render_table(["figure", "wall"], [["1 cold", "10.0s (9.0–11.0)"], ["2 no-op", "0.3s"]],
-                        title="bench")
+    text = render_table(
+        ["figure", "wall"], [["1 cold", "10.0s (9.0–11.0)"], ["2 no-op", "0.3s"]], title="bench"
+    )
     assert text.splitlines() == [
         "bench",
         "figure   wall",
@@ -70,18 +71,36 @@ def test_analysis_of_a_full_run_shape_renders_every_figure(tmp_path):
         add("cold", f"N={n} sm_120a", [m(cold, 8 + 11 * n)] * 2, [{"planned_jobs": 2}] * 2, n=n)
         add("cold", f"N={n} 3 archs", [m(2.7 * cold, 8 + 30 * n)], [{"planned_jobs": 2}], n=n)
         add("noop", f"N={n} sm_120a", [m(0.3, 0.3)] * 2, n=n)
-        add("one-file-ccache", f"N={n} sm_120a", [m(17, 14)] * 2,
-            [{"ccache": {"hits": n - 1, "misses": 2}, "cmake_configure_s": 3.0}] * 2, n=n)
+        add(
+            "one-file-ccache",
+            f"N={n} sm_120a",
+            [m(17, 14)] * 2,
+            [{"ccache": {"hits": n - 1, "misses": 2}, "cmake_configure_s": 3.0}] * 2,
+            n=n,
+        )
         add("ccache-populate", f"N={n} sm_120a", [m(cold * 1.1, 9 + 11 * n)], n=n)
         add("dev-seed", f"N={n} sm_120a", [m(cold * 1.05, 8 + 11 * n)], n=n)
-        add("dev-one-tu", f"N={n} sm_120a", [m(14, 13)] * 2,
-            [{"compiled": ["tu_000.cu"], "cmake_configure_s": 0.0}] * 2, n=n)
+        add(
+            "dev-one-tu",
+            f"N={n} sm_120a",
+            [m(14, 13)] * 2,
+            [{"compiled": ["tu_000.cu"], "cmake_configure_s": 0.0}] * 2,
+            n=n,
+        )
     add("one-file-nocache", "N=4 sm_120a", [m(28, 52)], n=4)
     add("verify", "N=4 sm_120a", [m(29, 52)], n=4)
-    add("memory", "N=4 sm_120a, budget 768 MiB", [m(50, 52)],
+    add(
+        "memory",
+        "N=4 sm_120a, budget 768 MiB",
+        [m(50, 52)],
         [{"planned_jobs": 1, "utilisation_of_cores": 0.5, "utilisation_of_slots": 1.0}],
-        n=4, cores=2, k_fit=1, mem_per_job_bytes=1 << 29, budget_bytes=768 << 20)
-    derived, targets, rows = analyse(bench)
+        n=4,
+        cores=2,
+        k_fit=1,
+        mem_per_job_bytes=1 << 29,
+        budget_bytes=768 << 20,
+    )
+    _derived, targets, rows = analyse(bench)
     names = [t.name for t in targets]
     assert "dev one-TU change N=8 <= 2/N of cold wall" in names
     assert "dev one-TU change N=4 <= 2/N of cold wall" not in names  # target at N >= 8

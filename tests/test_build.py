@@ -34,8 +34,9 @@ def test_build_installs_with_local_version_provenance_and_lock(purepy, tmp_path)
     # empty series: patchset8 is the digest of nothing
     assert entry["version"] == "1.2.3+cpu.e3b0c442" and entry["name"] == "purepy"
     with zipfile.ZipFile(wheel) as archive:
-        provenance = json.loads(archive.read(
-            "purepy-1.2.3+cpu.e3b0c442.dist-info/sglforge-build.json"))
+        provenance = json.loads(
+            archive.read("purepy-1.2.3+cpu.e3b0c442.dist-info/sglforge-build.json")
+        )
     assert provenance == entry["provenance"]
     assert provenance["upstream"] == "purepy"
     assert provenance["commit"] == purepy.commits["purepy"]
@@ -54,8 +55,9 @@ def test_build_installs_with_local_version_provenance_and_lock(purepy, tmp_path)
     install = install_lock(python, purepy.root)
     assert install.returncode == 0, install.stderr
     code = "import importlib.metadata as m, purepy; print(m.version('purepy'), purepy.greet())"
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["1.2.3+cpu.e3b0c442", "hello"]
 
 
@@ -94,9 +96,13 @@ def test_second_build_is_a_cache_hit_and_a_changed_patch_is_a_miss(purepy, tmp_p
     repo = purepy.mirror / "org" / "purepy"
     patches = purepy.root / "patches" / "purepy"
     init = "src/purepy/__init__.py"
-    upstreams.make_patch(repo, "0001-greeting.patch",
-                         {init: 'GREETING = "patched"\n\n\ndef greet():\n    return GREETING\n'},
-                         "Change the greeting", patches)
+    upstreams.make_patch(
+        repo,
+        "0001-greeting.patch",
+        {init: 'GREETING = "patched"\n\n\ndef greet():\n    return GREETING\n'},
+        "Change the greeting",
+        patches,
+    )
     (patches / "series").write_text("0001-greeting.patch\n")
     patched = purepy.run("build")
     assert patched.returncode == 0, patched.stderr
@@ -110,9 +116,13 @@ def test_second_build_is_a_cache_hit_and_a_changed_patch_is_a_miss(purepy, tmp_p
     key = entry["provenance"]["content_key"]
 
     # same patch name, different bytes: a miss again
-    upstreams.make_patch(repo, "0001-greeting.patch",
-                         {init: 'GREETING = "patched v2"\n\n\ndef greet():\n    return GREETING\n'},
-                         "Change the greeting", patches)
+    upstreams.make_patch(
+        repo,
+        "0001-greeting.patch",
+        {init: 'GREETING = "patched v2"\n\n\ndef greet():\n    return GREETING\n'},
+        "Change the greeting",
+        patches,
+    )
     changed = purepy.run("build")
     assert changed.returncode == 0 and "purepy: building" in changed.stdout
     assert purepy.manifest()["wheels"][0]["provenance"]["content_key"] != key
@@ -147,8 +157,9 @@ def test_two_builds_cannot_share_outputs(purepy):
 
 
 def test_bad_recipe_is_a_clear_error_not_a_traceback(purepy):
-    purepy.recipe("purepy").write_text('upstream = "purepy"\nbuild-requires = "setuptools"\n'
-                                       'archs = ["sm_120a"]\n')
+    purepy.recipe("purepy").write_text(
+        'upstream = "purepy"\nbuild-requires = "setuptools"\narchs = ["sm_120a"]\n'
+    )
     result = purepy.run("build")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -166,10 +177,18 @@ def test_verify_passes_and_reports_differing_members(purepy, tmp_path):
     # a build that stamps the wall clock into the package is not reproducible
     repo = purepy.mirror / "org" / "purepy"
     patches = purepy.root / "patches" / "purepy"
-    upstreams.make_patch(repo, "0001-stamp.patch", {"setup.py": (
-        "import time\nfrom setuptools import setup\n"
-        "open('src/purepy/_stamp.py', 'w').write(f'T = {time.time_ns()}\\n')\nsetup()\n")},
-        "Stamp the build time", patches)
+    upstreams.make_patch(
+        repo,
+        "0001-stamp.patch",
+        {
+            "setup.py": (
+                "import time\nfrom setuptools import setup\n"
+                "open('src/purepy/_stamp.py', 'w').write(f'T = {time.time_ns()}\\n')\nsetup()\n"
+            )
+        },
+        "Stamp the build time",
+        patches,
+    )
     (patches / "series").write_text("0001-stamp.patch\n")
     assert purepy.run("build").returncode == 0
     bad = purepy.run("verify", "--out", str(tmp_path / "verify2"))
@@ -186,8 +205,12 @@ def test_fetchcontent_dependency_is_injected_never_downloaded(tmp_path):
     assert entry["provenance"]["sources"][0]["name"] == "fcdemo.greetdep"
     python = fresh_venv(tmp_path / "venv")
     assert install_lock(python, project.root).returncode == 0
-    message = subprocess.run([str(python), "-c", "import fcdemo; print(fcdemo.message())"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    message = subprocess.run(
+        [str(python), "-c", "import fcdemo; print(fcdemo.message())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert message == "hello from greetdep"
 
     # without the pinned source the build would have to download: it must fail, loudly
@@ -212,9 +235,13 @@ def test_dependencies_build_first_are_importable_and_key_the_dependent(tmp_path)
         assert archive.read("usespy.py") == b"BUILT_WITH = 'hello'\n"
 
     # a new patch for purepy changes purepy's key and therefore usespy's
-    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
-                         {"src/purepy/__init__.py": 'def greet():\n    return "hi"\n'},
-                         "Change the greeting", project.root / "patches" / "purepy")
+    upstreams.make_patch(
+        project.mirror / "org" / "purepy",
+        "0001-greeting.patch",
+        {"src/purepy/__init__.py": 'def greet():\n    return "hi"\n'},
+        "Change the greeting",
+        project.root / "patches" / "purepy",
+    )
     (project.root / "patches" / "purepy" / "series").write_text("0001-greeting.patch\n")
     second = project.run("build")
     assert second.returncode == 0, second.stderr
@@ -225,10 +252,18 @@ def test_dependencies_build_first_are_importable_and_key_the_dependent(tmp_path)
 
 
 def test_a_build_that_downloads_fails_loudly(purepy):
-    upstreams.make_patch(purepy.mirror / "org" / "purepy", "0001-download.patch", {"setup.py": (
-        "import urllib.request\nfrom setuptools import setup\n"
-        "urllib.request.urlopen('https://pypi.org/simple/', timeout=10)\nsetup()\n")},
-        "Download during the build", purepy.root / "patches" / "purepy")
+    upstreams.make_patch(
+        purepy.mirror / "org" / "purepy",
+        "0001-download.patch",
+        {
+            "setup.py": (
+                "import urllib.request\nfrom setuptools import setup\n"
+                "urllib.request.urlopen('https://pypi.org/simple/', timeout=10)\nsetup()\n"
+            )
+        },
+        "Download during the build",
+        purepy.root / "patches" / "purepy",
+    )
     (purepy.root / "patches" / "purepy" / "series").write_text("0001-download.patch\n")
     result = purepy.run("build")
     assert result.returncode == 2
@@ -243,16 +278,20 @@ def test_opt_in_recipe_is_skipped_by_a_default_build_and_built_when_named(tmp_pa
     recipe.write_text(recipe.read_text() + 'opt-in = "hours of nvcc here; runtime JIT"\n')
     plan = project.run("plan")
     assert plan.returncode == 0, plan.stderr
-    assert ("build usespy from usespy/. (no device code, after purepy) — opt-in (hours of "
-            "nvcc here; runtime JIT): only when named, `build -- usespy`") in plan.stdout
+    assert (
+        "build usespy from usespy/. (no device code, after purepy) — opt-in (hours of "
+        "nvcc here; runtime JIT): only when named, `build -- usespy`"
+    ) in plan.stdout
     preflight = project.run("preflight", "--no-fetch", "build")
     assert preflight.returncode == 0, preflight.stderr
     assert "(recipes purepy; opt-in, not built: usespy; sandbox bubblewrap " in preflight.stdout
     default = project.run("build")
     assert default.returncode == 0, default.stderr  # the stack check does not demand it
     assert "1 wheel(s) in order: purepy" in default.stdout
-    assert ("skipped usespy (opt-in: hours of nvcc here; runtime JIT); build it by name: "
-            "nox -s build -- usespy") in default.stdout
+    assert (
+        "skipped usespy (opt-in: hours of nvcc here; runtime JIT); build it by name: "
+        "nox -s build -- usespy"
+    ) in default.stdout
     assert "usespy: building" not in default.stdout
     assert "info   labels     usespy: not in the stack; opt-in" in default.stdout
     assert [e["name"] for e in project.manifest()["wheels"]] == ["purepy"]

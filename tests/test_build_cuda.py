@@ -39,8 +39,12 @@ def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
     python = fresh_venv(tmp_path / "serving")
     install = install_lock(python, project.root)
     assert install.returncode == 0, install.stderr
-    source = subprocess.run([str(python), "-c", "import cudaext; print(cudaext.source_file())"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    source = subprocess.run(
+        [str(python), "-c", "import cudaext; print(cudaext.source_file())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert source == "/sglforge-build/src/cudaext/src/vecadd.cu"
 
     shutil.rmtree(project.build_root)
@@ -53,8 +57,10 @@ def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
     second = project.run("build", src=other_src, root=other_root, cache=tmp_path / "cache2")
     assert second.returncode == 0, second.stderr
     assert "cached" not in second.stdout
-    rebuilt = {e["name"]: e for e in json.loads(
-        (other_root / "wheels" / "manifest.json").read_text())["wheels"]}
+    rebuilt = {
+        e["name"]: e
+        for e in json.loads((other_root / "wheels" / "manifest.json").read_text())["wheels"]
+    }
     for name in ("purepy", "cudaext"):
         assert rebuilt[name]["file"] == wheels[name]["file"]
         assert rebuilt[name]["sha256"] == wheels[name]["sha256"], name
@@ -64,8 +70,11 @@ def test_audit_fails_naming_the_library_when_the_recipe_drops_sm_120a(tmp_path):
     project = make_project(tmp_path, ("cudaext",))
     recipe = project.recipe("cudaext")
     # the build compiles for sm_90a only, while the recipe still requires sm_120a
-    recipe.write_text(recipe.read_text().replace('CUDAEXT_ARCHS = "{cmake_cuda_architectures}"',
-                                                 'CUDAEXT_ARCHS = "90a"'))
+    recipe.write_text(
+        recipe.read_text().replace(
+            'CUDAEXT_ARCHS = "{cmake_cuda_architectures}"', 'CUDAEXT_ARCHS = "90a"'
+        )
+    )
     before = snapshot(project.root / "wheels")
     result = project.run("build")
     assert result.returncode == 2
@@ -80,8 +89,9 @@ def test_archs_are_selectable_per_recipe(tmp_path):
     an sm_90a build for an H200 is a one-line change."""
     project = make_project(tmp_path, ("cudaext",))
     recipe = project.recipe("cudaext")
-    recipe.write_text(recipe.read_text().replace('cuda-archs = ["sm_120a"]',
-                                                 'cuda-archs = ["sm_90a", "sm_120a"]'))
+    recipe.write_text(
+        recipe.read_text().replace('cuda-archs = ["sm_120a"]', 'cuda-archs = ["sm_90a", "sm_120a"]')
+    )
     result = project.run("build")
     assert result.returncode == 0, result.stderr
     assert "audit ok: cudaext/libcudaext.so: sm_120a, sm_90a" in result.stdout
@@ -108,8 +118,14 @@ def test_compiler_cache_wraps_nvcc_without_changing_the_wheel(tmp_path):
     warm = project.run("build", "--compiler-cache", "ccache", "--no-wheel-cache")
     assert warm.returncode == 0, warm.stderr
     assert project.manifest()["wheels"][0]["sha256"] == reference
-    stats = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, check=False,
-                           env=dict(os.environ, CCACHE_DIR=str(project.cache / "ccache"))).stdout
+    stats = subprocess.run(
+        ["ccache", "--print-stats"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, CCACHE_DIR=str(project.cache / "ccache")),
+    ).stdout
     hits = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
-    assert int(hits.get("direct_cache_hit", "0")) + int(hits.get("preprocessed_cache_hit",
-                                                                  "0")) >= 3  # the .cu files
+    assert (
+        int(hits.get("direct_cache_hit", "0")) + int(hits.get("preprocessed_cache_hit", "0")) >= 3
+    )  # the .cu files

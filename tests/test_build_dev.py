@@ -31,9 +31,13 @@ def write_series(project: FixtureProject, factor: str) -> None:
     name = "0001-scale-by-factor.patch"
     edited = SCALE.replace("x[i] *= s;", f"x[i] *= s * {factor}f;")
     assert edited != SCALE
-    upstreams.make_patch(project.mirror / "org" / "cudaext", name, {"src/scale.cu": edited},
-                         f"Scale by {factor}\n\n" + DEP3.format(description="dev loop test"),
-                         patches)
+    upstreams.make_patch(
+        project.mirror / "org" / "cudaext",
+        name,
+        {"src/scale.cu": edited},
+        f"Scale by {factor}\n\n" + DEP3.format(description="dev loop test"),
+        patches,
+    )
     (patches / "series").write_text(name + "\n")
 
 
@@ -46,8 +50,11 @@ def compiled_objects(project: FixtureProject) -> list[str]:
 def members(wheel: Path) -> dict[str, str]:
     """Member digests, dist-info left out (its name, version and provenance carry the label)."""
     with zipfile.ZipFile(wheel) as archive:
-        return {i.filename: hashlib.sha256(archive.read(i)).hexdigest()
-                for i in archive.infolist() if ".dist-info/" not in i.filename}
+        return {
+            i.filename: hashlib.sha256(archive.read(i)).hexdigest()
+            for i in archive.infolist()
+            if ".dist-info/" not in i.filename
+        }
 
 
 def only_wheel(directory: Path) -> Path:

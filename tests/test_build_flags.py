@@ -9,15 +9,18 @@ from sglforge.builder.scheduler import Machine, plan_jobs
 from sglforge.cli.main import main
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--jobs", "99999999999999999999", "expected a whole number from 1 to 4096"),
-    ("--jobs", "0", "expected a whole number from 1 to 4096"),
-    ("--jobs", "-1", "expected a whole number from 1 to 4096"),
-    ("--jobs", "many", "expected a whole number from 1 to 4096"),
-    ("--mem-per-job", "0GiB", "must be more than 0 and at most 1 PiB"),
-    ("--mem-per-job", "banana", "expected a size like 6GiB or 512MiB"),
-    ("--mem-per-job", "9" * 400 + "GiB", "expected a size like 6GiB or 512MiB"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--jobs", "99999999999999999999", "expected a whole number from 1 to 4096"),
+        ("--jobs", "0", "expected a whole number from 1 to 4096"),
+        ("--jobs", "-1", "expected a whole number from 1 to 4096"),
+        ("--jobs", "many", "expected a whole number from 1 to 4096"),
+        ("--mem-per-job", "0GiB", "must be more than 0 and at most 1 PiB"),
+        ("--mem-per-job", "banana", "expected a size like 6GiB or 512MiB"),
+        ("--mem-per-job", "9" * 400 + "GiB", "expected a size like 6GiB or 512MiB"),
+    ],
+)
 def test_bad_jobs_and_memory_flags_are_cli_errors(flag, value, message, capsys):
     for verb in ("build", "verify"):
         with pytest.raises(SystemExit) as info:

@@ -97,8 +97,9 @@ def _wait_exit(proc: subprocess.Popen[str], limit: float) -> tuple[float, str, s
     return time.monotonic() - started, out, err
 
 
-def _assert_clean_stop(project: FixtureProject, err: str, sessions: set[int],
-                       pids: list[int]) -> None:
+def _assert_clean_stop(
+    project: FixtureProject, err: str, sessions: set[int], pids: list[int]
+) -> None:
     assert "Traceback" not in err
     assert not [p for p in pids if _alive(p)], "a build process survived"
     assert not [s for s in sessions if session_members(s)], "a build session survived"
@@ -116,12 +117,14 @@ def _assert_clean_stop(project: FixtureProject, err: str, sessions: set[int],
 def test_run_in_session_reaps_the_whole_tree_on_an_exception(tmp_path):
     """A child in another process group of the same session (ninja's compile jobs) and one
     that ignores SIGTERM are both gone when the exception propagates."""
-    script = ("import os, signal, subprocess, sys, time\n"
-              "s = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
-              "a = subprocess.Popen(s, preexec_fn=os.setpgrp)\n"
-              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-              f"open({str(tmp_path / 'pids')!r}, 'w').write(f'{{os.getpid()}} {{a.pid}}')\n"
-              "time.sleep(60)\n")
+    script = (
+        "import os, signal, subprocess, sys, time\n"
+        "s = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+        "a = subprocess.Popen(s, preexec_fn=os.setpgrp)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(tmp_path / 'pids')!r}, 'w').write(f'{{os.getpid()}} {{a.pid}}')\n"
+        "time.sleep(60)\n"
+    )
     pids_file = tmp_path / "pids"
 
     def boom() -> None:
@@ -171,8 +174,11 @@ def test_sigint_stops_a_slow_build_and_releases_the_lock(tmp_path):
     # one line, naming the signal and how the processes were stopped: one ignores SIGTERM,
     # but SIGTERM ends bubblewrap, and with it the sandbox's pid namespace (SIGKILL to all)
     assert err.strip().splitlines() == [err.strip()]
-    assert re.fullmatch(r"sglforge build: interrupted by SIGINT; stopped its processes "
-                        r"\((SIGTERM|SIGKILL), \d+\.\ds\)", err.strip()), err
+    assert re.fullmatch(
+        r"sglforge build: interrupted by SIGINT; stopped its processes "
+        r"\((SIGTERM|SIGKILL), \d+\.\ds\)",
+        err.strip(),
+    ), err
     assert seconds < 30
     _assert_clean_stop(project, err, sessions, pids)
 
@@ -188,7 +194,8 @@ def test_sigterm_mid_compile_stops_nvcc_and_the_next_build_is_clean(tmp_path):
         tree = _tree(proc.pid)
         commands = [cmd for _, _, cmd in tree.values()]
         if any(compiling.search(c) for c in commands) and any(
-                c.split(" ", 1)[0].rsplit("/", 1)[-1] in compilers for c in commands):
+            c.split(" ", 1)[0].rsplit("/", 1)[-1] in compilers for c in commands
+        ):
             break
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "nvcc never started"
@@ -202,14 +209,17 @@ def test_sigterm_mid_compile_stops_nvcc_and_the_next_build_is_clean(tmp_path):
     proc.send_signal(signal.SIGTERM)
     seconds, _, err = _wait_exit(proc, 60)
     assert proc.returncode == 143, err
-    assert err.strip().startswith("sglforge build: interrupted by SIGTERM; stopped its "
-                                  "processes"), err
+    assert err.strip().startswith(
+        "sglforge build: interrupted by SIGTERM; stopped its processes"
+    ), err
     assert len(err.strip().splitlines()) == 1
     assert seconds < 20
     _assert_clean_stop(project, err, sessions, list(seen))
-    print(f"\nSIGTERM -> exit 143 in {seconds:.1f}s: {err.strip()}; had {len(seen)} "
-          f"processes in {len(sessions)} session(s), {len(groups)} process groups: "
-          f"{sorted({(c.split() or ['?'])[0].rsplit('/', 1)[-1] for _, c in seen.values()})}")
+    print(
+        f"\nSIGTERM -> exit 143 in {seconds:.1f}s: {err.strip()}; had {len(seen)} "
+        f"processes in {len(sessions)} session(s), {len(groups)} process groups: "
+        f"{sorted({(c.split() or ['?'])[0].rsplit('/', 1)[-1] for _, c in seen.values()})}"
+    )
 
     # the next build in the same root and cache (nothing cached from the interrupted one)
     after = project.run("build")

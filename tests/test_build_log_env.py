@@ -34,8 +34,10 @@ def test_the_header_has_one_line_per_variable_and_reads_back(tmp_path: Path) -> 
 
 def test_a_log_from_before_the_escapes_still_reads(tmp_path: Path) -> None:
     log = tmp_path / "old.log"
-    log.write_text("# env PATH=/usr/bin\n# env SGLFORGE_PREFIX_MAP_FLAGS=-ffile-prefix-map=/a=/x\n"
-                   "-ffile-prefix-map=/b=/y\n# env TZ=UTC\n$ cd /src\n# env LATE=no\n")
+    log.write_text(
+        "# env PATH=/usr/bin\n# env SGLFORGE_PREFIX_MAP_FLAGS=-ffile-prefix-map=/a=/x\n"
+        "-ffile-prefix-map=/b=/y\n# env TZ=UTC\n$ cd /src\n# env LATE=no\n"
+    )
     read = build_environment(log)
     assert read["SGLFORGE_PREFIX_MAP_FLAGS"] == ENV["SGLFORGE_PREFIX_MAP_FLAGS"]
     assert read["TZ"] == "UTC" and "LATE" not in read

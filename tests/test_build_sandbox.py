@@ -36,7 +36,7 @@ from tests.fixtures.project import SRC, FixtureProject, make_project
 
 SECRET = "cfg-secret-Zq81"
 
-ATTACK = r'''
+ATTACK = r"""
 import glob, json, os, signal, socket, subprocess, sys, time
 
 def main(here):
@@ -126,7 +126,7 @@ def main(here):
 
 if __name__ == "__main__":
     main(sys.argv[1])
-'''
+"""
 
 SETUP_PY = """
 import os, subprocess, sys
@@ -159,15 +159,27 @@ py.install_sources('hostile.py')
 
 BACKENDS = {
     "setup.py": ({"setup.py": SETUP_PY}, ["setuptools"]),
-    "cmake": ({"CMakeLists.txt": CMAKELISTS, "pyproject.toml": (
-        '[build-system]\nrequires = ["scikit-build-core"]\n'
-        'build-backend = "scikit_build_core.build"\n\n'
-        '[project]\nname = "hostile"\nversion = "1.0"\n')},
-        ["scikit-build-core", "cmake", "ninja"]),
-    "meson": ({"meson.build": MESON_BUILD, "pyproject.toml": (
-        '[build-system]\nrequires = ["meson-python"]\nbuild-backend = "mesonpy"\n\n'
-        '[project]\nname = "hostile"\nversion = "1.0"\n')},
-        ["meson-python", "meson", "ninja"]),
+    "cmake": (
+        {
+            "CMakeLists.txt": CMAKELISTS,
+            "pyproject.toml": (
+                '[build-system]\nrequires = ["scikit-build-core"]\n'
+                'build-backend = "scikit_build_core.build"\n\n'
+                '[project]\nname = "hostile"\nversion = "1.0"\n'
+            ),
+        },
+        ["scikit-build-core", "cmake", "ninja"],
+    ),
+    "meson": (
+        {
+            "meson.build": MESON_BUILD,
+            "pyproject.toml": (
+                '[build-system]\nrequires = ["meson-python"]\nbuild-backend = "mesonpy"\n\n'
+                '[project]\nname = "hostile"\nversion = "1.0"\n'
+            ),
+        },
+        ["meson-python", "meson", "ninja"],
+    ),
 }
 
 
@@ -188,15 +200,21 @@ def _snapshot(top: Path) -> dict[str, str]:
 
 def _add_hostile(project: FixtureProject, backend: str, attack: dict) -> None:
     files, requires = BACKENDS[backend]
-    files = {**files, "attack.py": ATTACK, "hostile.py": "X = 1\n",
-             "attack.json": json.dumps(attack, indent=1)}
+    files = {
+        **files,
+        "attack.py": ATTACK,
+        "hostile.py": "X = 1\n",
+        "attack.json": json.dumps(attack, indent=1),
+    }
     commit = upstreams.make_repo(project.mirror / "org" / "hostile", files)
     lock = project.root / "lockfiles" / "upstreams.toml"
-    lock.write_text(lock.read_text() + f'\n[[source]]\nname = "hostile"\n'
-                    f'url = "{upstreams.MIRROR_PREFIX}org/hostile"\ncommit = "{commit}"\n')
+    lock.write_text(
+        lock.read_text() + f'\n[[source]]\nname = "hostile"\n'
+        f'url = "{upstreams.MIRROR_PREFIX}org/hostile"\ncommit = "{commit}"\n'
+    )
     project.recipe("hostile").write_text(
-        'upstream = "hostile"\nbuild-requires = [' + ", ".join(f'"{r}"' for r in requires)
-        + "]\n")
+        'upstream = "hostile"\nbuild-requires = [' + ", ".join(f'"{r}"' for r in requires) + "]\n"
+    )
     # meson-python is not in the fixture toolchain's pins: pin what this venv has
     import importlib.metadata
 
@@ -220,13 +238,15 @@ def _as_user(cmd: list[str], mode: str) -> list[str]:
     return ["unshare", "--user", "--map-user=1000", "--map-group=1000", *cmd]
 
 
-def _run(project: FixtureProject, src: Path, mode: str, *verb: str, home: Path
-         ) -> subprocess.CompletedProcess[str]:
+def _run(
+    project: FixtureProject, src: Path, mode: str, *verb: str, home: Path
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(src), HOME=str(home))
     env.pop("SGLFORGE_PROJECT", None)
     cmd = _as_user([sys.executable, "-m", "sglforge", *project.args(), *verb], mode)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=project.root,
-                          check=False, timeout=900)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=project.root, check=False, timeout=900
+    )
 
 
 def _sandbox_or_skip() -> None:
@@ -237,8 +257,10 @@ def _sandbox_or_skip() -> None:
 
 
 # not root, the sandbox is the same; setup.py covers that path
-@pytest.mark.parametrize(("backend", "mode"), [("setup.py", "root"), ("setup.py", "not-root"),
-                                               ("cmake", "root"), ("meson", "root")])
+@pytest.mark.parametrize(
+    ("backend", "mode"),
+    [("setup.py", "root"), ("setup.py", "not-root"), ("cmake", "root"), ("meson", "root")],
+)
 def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend):
     _sandbox_or_skip()
     if mode == "root" and os.geteuid() != 0:
@@ -263,19 +285,42 @@ def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend)
     assert first.returncode == 0, first.stdout + first.stderr
     purepy_sha = _entry(project, "purepy")["sha256"]
     root = project.build_root
-    writes = [project.root / "lockfiles" / "upstreams.toml",
-              project.root / "wheels" / "EVIL.whl",
-              root / "tools" / "bin" / "nvcc", root / "tools" / "bin" / "cc",
-              root / "src" / "purepy" / "setup.py", root / "work" / "purepy" / "EVIL",
-              home / "EVIL", cron / "EVIL", src / "sglforge" / "__init__.py",
-              project.cache / "EVIL", project.config]
+    writes = [
+        project.root / "lockfiles" / "upstreams.toml",
+        project.root / "wheels" / "EVIL.whl",
+        root / "tools" / "bin" / "nvcc",
+        root / "tools" / "bin" / "cc",
+        root / "src" / "purepy" / "setup.py",
+        root / "work" / "purepy" / "EVIL",
+        home / "EVIL",
+        cron / "EVIL",
+        src / "sglforge" / "__init__.py",
+        project.cache / "EVIL",
+        project.config,
+    ]
     alive = root / "work" / "hostile" / "alive"
-    attack = {"write": [str(p) for p in writes], "cache": str(project.cache),
-              "config": str(project.config), "pytest_pid": os.getpid(),
-              "port": listener.getsockname()[1], "alive": str(alive), "stage": backend}
+    attack = {
+        "write": [str(p) for p in writes],
+        "cache": str(project.cache),
+        "config": str(project.config),
+        "pytest_pid": os.getpid(),
+        "port": listener.getsockname()[1],
+        "alive": str(alive),
+        "stage": backend,
+    }
     _add_hostile(project, backend, attack)
-    before = {top: _snapshot(top) for top in (project.root, src, project.cache, home, cron,
-                                               root / "tools", root / "src" / "purepy")}
+    before = {
+        top: _snapshot(top)
+        for top in (
+            project.root,
+            src,
+            project.cache,
+            home,
+            cron,
+            root / "tools",
+            root / "src" / "purepy",
+        )
+    }
     started = time.monotonic()
     result = _run(project, src, mode, "build", "hostile", "--no-check", home=home)
     print(f"hostile build: {time.monotonic() - started:.1f} s\n{result.stdout}")
@@ -293,7 +338,7 @@ def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend)
     assert len(report["writes"]) > len(writes)  # the wheel cache's files were tried too
     for path in wrote:
         if path.startswith("/tmp/"):
-            assert (root / "sandbox" / "hostile" / "tmp" / path[len("/tmp/"):]).is_file()
+            assert (root / "sandbox" / "hostile" / "tmp" / path[len("/tmp/") :]).is_file()
     # the leftover process died with the step's pid namespace
     time.sleep(1.0)
     assert alive.is_file() and alive.stat().st_size > 0  # it ran while the step ran
@@ -305,9 +350,13 @@ def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend)
         # what existed is unchanged (the compiler cache's own files excepted: the legitimate
         # compile writes there); new files only where sglforge's own steps write (the
         # project's wheels/ and lock, the caches' new entries), none planted by the attack
-        changed = {k for k in files if after[top].get(k) != files[k]
-                   and "/cache/ccache/" not in k and not k.endswith(("/wheels/manifest.json",
-                                                                     "/lockfiles/wheels.lock"))}
+        changed = {
+            k
+            for k in files
+            if after[top].get(k) != files[k]
+            and "/cache/ccache/" not in k
+            and not k.endswith(("/wheels/manifest.json", "/lockfiles/wheels.lock"))
+        }
         assert not changed, (top, changed)
         new = set(after[top]) - set(files)
         if top in (project.root, project.cache):
@@ -356,16 +405,34 @@ def test_no_sandbox_no_build_unless_the_risk_is_named(tmp_path):
     assert not list((project.root / "wheels").glob("*.whl"))
     assert not (project.build_root / "src").exists()  # nothing was exported or built
     # what nox runs before installing anything says the same, in seconds
-    preflight = subprocess.run([sys.executable, "-m", "sglforge", *project.args(), "preflight",
-                                "--no-fetch", "build"], capture_output=True, text=True, env=env,
-                               check=False)
+    preflight = subprocess.run(
+        [sys.executable, "-m", "sglforge", *project.args(), "preflight", "--no-fetch", "build"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert preflight.returncode == 2 and "no build sandbox" in preflight.stderr, preflight
-    named = subprocess.run([sys.executable, "-m", "sglforge", *project.args(), "preflight",
-                            "--no-fetch", "build", "--unsafe-no-sandbox"], capture_output=True,
-                           text=True, env=env, check=False)
+    named = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglforge",
+            *project.args(),
+            "preflight",
+            "--no-fetch",
+            "build",
+            "--unsafe-no-sandbox",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert named.returncode == 0 and "NO build sandbox (--unsafe-no-sandbox)" in named.stdout
-    unsafe = subprocess.run([*cmd, "--unsafe-no-sandbox"], capture_output=True, text=True,
-                            env=env, check=False)
+    unsafe = subprocess.run(
+        [*cmd, "--unsafe-no-sandbox"], capture_output=True, text=True, env=env, check=False
+    )
     assert unsafe.returncode == 0, unsafe.stdout + unsafe.stderr
     assert "WARNING: --unsafe-no-sandbox" in unsafe.stdout
     from sglforge.wheel.provenance import read as read_provenance

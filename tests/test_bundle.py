@@ -7,10 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from tests.smoke.conftest import build_wheelset, make_wheel
 
@@ -28,8 +31,13 @@ def _project(tmp_path: Path) -> Path:
 
 def _bundle(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
-    return subprocess.run([sys.executable, "-m", "sglforge", "--project", str(root), "bundle",
-                           *args], capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(root), "bundle", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
 
 
 def _archive(root: Path) -> Path:
@@ -48,11 +56,15 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
         names = tar.getnames()
         top = names[0]
         assert names == sorted(names)
-        assert {n[len(top) + 1:] for n in names if tar.getmember(n).isfile()} == {
-            "SHA256SUMS", "install.sh", "requirements.lock", "sglforge-stack.json",
+        assert {n[len(top) + 1 :] for n in names if tar.getmember(n).isfile()} == {
+            "SHA256SUMS",
+            "install.sh",
+            "requirements.lock",
+            "sglforge-stack.json",
             "wheels/sglang-0.5.99+sm120.cu130.abcd1234-py3-none-any.whl",
             "wheels/sglang_kernel-0.4.7+sm120.cu130.abcd1234-py3-none-any.whl",
-            "wheels/tinydep-1.0-py3-none-any.whl"}
+            "wheels/tinydep-1.0-py3-none-any.whl",
+        }
         assert tar.getmember(f"{top}/install.sh").mode == 0o755
         tar.extractall(tmp_path / "host", filter="data")
     bundle = tmp_path / "host" / top
@@ -66,17 +78,31 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
     venv = tmp_path / "clean-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    env = {**os.environ, "PIP_NO_INDEX": "1", "SGLFORGE_USE_UV": "0",
-           "PIP_FIND_LINKS": str(tmp_path / "decoy-links"), "PYTHONNOUSERSITE": "1"}
-    run = subprocess.run(["sh", str(bundle / "install.sh"), str(python)], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, check=False)
+    env = {
+        **os.environ,
+        "PIP_NO_INDEX": "1",
+        "SGLFORGE_USE_UV": "0",
+        "PIP_FIND_LINKS": str(tmp_path / "decoy-links"),
+        "PYTHONNOUSERSITE": "1",
+    }
+    run = subprocess.run(
+        ["sh", str(bundle / "install.sh"), str(python)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SHA256SUMS OK (6 files)" in run.stdout
     assert "decoy-links" not in run.stdout + run.stderr  # only the bundle's wheels/
-    code = ("import importlib.metadata as m; "
-            "print(*(m.version(n) for n in ('sglang', 'sglang-kernel', 'tinydep')))")
-    versions = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                              check=True).stdout.split()
+    code = (
+        "import importlib.metadata as m; "
+        "print(*(m.version(n) for n in ('sglang', 'sglang-kernel', 'tinydep')))"
+    )
+    versions = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert versions == ["0.5.99+sm120.cu130.abcd1234", "0.4.7+sm120.cu130.abcd1234", "1.0"]
 
 
@@ -91,11 +117,17 @@ def test_tampered_bundle_fails_the_sha256sums_check_before_installing(tmp_path: 
     wheel.write_bytes(wheel.read_bytes() + b"x")
     marker = tmp_path / "pip-ran"
     fake = tmp_path / "fakepython"  # a python that records whether pip was reached
-    fake.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ]; then touch {marker}; fi\n"
-                    f"exec {sys.executable} \"$@\"\n")
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ]; then touch {marker}; fi\nexec {sys.executable} "$@"\n'
+    )
     fake.chmod(0o755)
-    run = subprocess.run(["sh", str(bundle / "install.sh"), str(fake)], capture_output=True,
-                         text=True, env={**os.environ, "SGLFORGE_USE_UV": "0"}, check=False)
+    run = subprocess.run(
+        ["sh", str(bundle / "install.sh"), str(fake)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SGLFORGE_USE_UV": "0"},
+        check=False,
+    )
     assert run.returncode != 0
     assert "SHA256SUMS check failed" in run.stderr
     assert "wheels/tinydep-1.0-py3-none-any.whl: sha256" in run.stderr
@@ -110,8 +142,9 @@ def test_bundle_is_deterministic(tmp_path: Path) -> None:
     for path in (root / "wheels").glob("*.whl"):
         os.utime(path, (12345, 12345))
     assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
-    assert hashlib.sha256(_archive(root).read_bytes()).hexdigest() == \
-        hashlib.sha256(first).hexdigest()
+    assert (
+        hashlib.sha256(_archive(root).read_bytes()).hexdigest() == hashlib.sha256(first).hexdigest()
+    )
     with tarfile.open(_archive(root)) as tar:
         assert {m.mtime for m in tar.getmembers()} == {315532800}
         assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
@@ -139,8 +172,17 @@ def test_runtime_wheel_with_another_hash_is_refused(tmp_path: Path) -> None:
 
 def test_stack_version_and_name_options(tmp_path: Path) -> None:
     root = _project(tmp_path)
-    result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), "--name", "h200",
-                     "--stack-version", "2026.11", "--out", str(tmp_path / "out"))
+    result = _bundle(
+        root,
+        "--wheelhouse",
+        str(root / "wheelhouse"),
+        "--name",
+        "h200",
+        "--stack-version",
+        "2026.11",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "h200-2026.11.tar.gz").is_file()
     bad = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), "--stack-version", "../x")
@@ -149,10 +191,6 @@ def test_stack_version_and_name_options(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # install.sh refuses partial, unlisted and malformed SHA256SUMS (issue 21 item 8, 7)
-
-import shutil
-
-import pytest
 
 
 @pytest.fixture(scope="module")
@@ -170,11 +208,18 @@ def _run_install(bundle: Path, tmp_path: Path) -> tuple[subprocess.CompletedProc
     """Run the bundle's real install.sh with a python that records whether pip was reached."""
     marker = tmp_path / "pip-ran"
     fake = tmp_path / "fakepython"
-    fake.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ]; then touch {marker}; exit 0; fi\n"
-                    f"exec {sys.executable} \"$@\"\n")
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ]; then touch {marker}; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     fake.chmod(0o755)
-    run = subprocess.run(["sh", str(bundle / "install.sh"), str(fake)], capture_output=True,
-                         text=True, env={**os.environ, "SGLFORGE_USE_UV": "0"}, check=False)
+    run = subprocess.run(
+        ["sh", str(bundle / "install.sh"), str(fake)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SGLFORGE_USE_UV": "0"},
+        check=False,
+    )
     return run, marker.exists()
 
 
@@ -184,12 +229,24 @@ def _edit_sums(bundle: Path, edit) -> None:
     sums.write_text(edited if isinstance(edited, str) else "".join(edited))
 
 
-LOCK_LINE = lambda lines: "".join(l for l in lines if not l.endswith("  requirements.lock\n"))
+def LOCK_LINE(lines: list[str]) -> str:
+    return "".join(line for line in lines if not line.endswith("  requirements.lock\n"))
 
 
-@pytest.mark.parametrize("case", [
-    "empty", "one line kept", "lock line removed and lock changed", "unlisted wheel",
-    "malformed line", "duplicate line", "dotdot name", "not utf-8", "listed file missing"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "one line kept",
+        "lock line removed and lock changed",
+        "unlisted wheel",
+        "malformed line",
+        "duplicate line",
+        "dotdot name",
+        "not utf-8",
+        "listed file missing",
+    ],
+)
 def test_install_sh_refuses_partial_unlisted_or_malformed_sums(unpacked_bundle, tmp_path, case):
     bundle = tmp_path / "b"
     shutil.copytree(unpacked_bundle, bundle, symlinks=True)
@@ -218,7 +275,7 @@ def test_install_sh_refuses_partial_unlisted_or_malformed_sums(unpacked_bundle, 
     elif case == "malformed line":
         _edit_sums(bundle, lambda lines: lines[:1] + ["deadbeef requirements.lock\n"] + lines[1:])
     elif case == "duplicate line":
-        _edit_sums(bundle, lambda lines: lines + [l for l in lines if wheel in l])
+        _edit_sums(bundle, lambda lines: lines + [line for line in lines if wheel in line])
     elif case == "dotdot name":
         _edit_sums(bundle, lambda lines: lines + ["0" * 64 + "  ../outside\n"])
     elif case == "not utf-8":
@@ -247,10 +304,12 @@ def test_install_sh_accepts_the_bundle_as_written(unpacked_bundle, tmp_path):
 def killed_writer_temp(target: Path, size: int = 1 << 20) -> Path:
     """What a SIGKILL in the middle of writing `target` leaves: run base.fs.atomic_output in a
     child that kills itself mid-write; returns the temporary it left."""
-    code = ("import os, signal, sys; from pathlib import Path; "
-            "from sglforge.base.fs import atomic_output\n"
-            "with atomic_output(Path(sys.argv[1])) as out:\n"
-            f"    out.write(b'x' * {size}); out.flush(); os.kill(os.getpid(), signal.SIGKILL)\n")
+    code = (
+        "import os, signal, sys; from pathlib import Path; "
+        "from sglforge.base.fs import atomic_output\n"
+        "with atomic_output(Path(sys.argv[1])) as out:\n"
+        f"    out.write(b'x' * {size}); out.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     proc = subprocess.run([sys.executable, "-c", code, str(target)], env=env, check=False)
     assert proc.returncode == -9
@@ -263,8 +322,9 @@ def test_bundle_name_cannot_leave_out_dir(tmp_path: Path) -> None:
     root = _project(tmp_path)
     out = tmp_path / "deep" / "out"
     for name in ("../../x", "../escape", "a/b", ".hidden", "x\ny"):
-        result = _bundle(root, "--wheelhouse", str(root / "wheelhouse"), f"--name={name}",
-                         "--out", str(out))
+        result = _bundle(
+            root, "--wheelhouse", str(root / "wheelhouse"), f"--name={name}", "--out", str(out)
+        )
         assert result.returncode == 2, (name, result.stdout)
         assert f"--name {name!r} cannot be part of a file name" in result.stderr
     assert not list(tmp_path.rglob("*.tar.gz"))

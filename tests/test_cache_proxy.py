@@ -138,8 +138,7 @@ def _fake_redis_proxy(fake: FakeUpstream, read_only: bool = True, **limits):
 def _fake_http_proxy(fake: FakeUpstream, read_only: bool = True, **limits):
     from sglforge.builder.cacheproxy import Upstream
 
-    return _started(Upstream("http", "127.0.0.1", fake.port, prefix="/ccache"), read_only,
-                    **limits)
+    return _started(Upstream("http", "127.0.0.1", fake.port, prefix="/ccache"), read_only, **limits)
 
 
 def _connect(path) -> socket.socket:
@@ -211,8 +210,9 @@ def _wait_for_handlers(proxy, seconds: float = 30) -> None:
 def _proxy(redis: RedisServer, read_only: bool, password: str | None = PASSWORD, db: int = 0):
     from sglforge.builder.cacheproxy import CacheProxy, Upstream
 
-    proxy = CacheProxy(Upstream("redis", "127.0.0.1", redis.port, password=password, db=db),
-                       read_only=read_only)
+    proxy = CacheProxy(
+        Upstream("redis", "127.0.0.1", redis.port, password=password, db=db), read_only=read_only
+    )
     proxy.start()
     return proxy
 
@@ -231,8 +231,14 @@ def test_redis_login_and_commands(redis):
     read_only = _proxy(redis, read_only=True, db=1)
     try:
         assert _talk(read_only.path, _resp(b"GET", b"ccache:abc")) == b"$1\r\nv\r\n"
-        for words in ([b"SET", b"ccache:abc", b"w"], [b"DEL", b"ccache:abc"],
-                      [b"FLUSHDB"], [b"SELECT", b"0"], [b"AUTH", b"x"], [b"EVAL", b"x", b"0"]):
+        for words in (
+            [b"SET", b"ccache:abc", b"w"],
+            [b"DEL", b"ccache:abc"],
+            [b"FLUSHDB"],
+            [b"SELECT", b"0"],
+            [b"AUTH", b"x"],
+            [b"EVAL", b"x", b"0"],
+        ):
             reply = _talk(read_only.path, _resp(*words))
             assert reply.startswith(b"-ERR sglforge cache proxy: "), (words, reply)
         assert _talk(read_only.path, _resp(b"GET", b"ccache:abc")) == b"$1\r\nv\r\n"
@@ -251,18 +257,47 @@ def test_wrong_password_closes_the_connection(redis):
 
 def _forwardable(words: list[bytes]) -> bool:
     """What a read-only proxy may forward: ccache's GET/EXISTS on a key of its key space."""
-    return (len(words) == 2 and words[0].upper() in (b"GET", b"EXISTS")
-            and re.fullmatch(rb"ccache:[A-Za-z0-9]{1,200}", words[1]) is not None)
+    return (
+        len(words) == 2
+        and words[0].upper() in (b"GET", b"EXISTS")
+        and re.fullmatch(rb"ccache:[A-Za-z0-9]{1,200}", words[1]) is not None
+    )
 
 
-_WORDS = st.one_of(st.binary(max_size=24), st.sampled_from(
-    [b"GET", b"get", b"SET", b"set", b"DEL", b"EXISTS", b"ccache:abc", b"ccache:", b"ccache:a/b",
-     b"other:abc", b"FLUSHALL", b"CONFIG", b"AUTH", b"SELECT", b"EVAL", b"0", b"v"]))
+_WORDS = st.one_of(
+    st.binary(max_size=24),
+    st.sampled_from(
+        [
+            b"GET",
+            b"get",
+            b"SET",
+            b"set",
+            b"DEL",
+            b"EXISTS",
+            b"ccache:abc",
+            b"ccache:",
+            b"ccache:a/b",
+            b"other:abc",
+            b"FLUSHALL",
+            b"CONFIG",
+            b"AUTH",
+            b"SELECT",
+            b"EVAL",
+            b"0",
+            b"v",
+        ]
+    ),
+)
 _COMMANDS = st.lists(
-    st.lists(_WORDS, min_size=1, max_size=5).filter(lambda w: not _forwardable(w))
-    .map(lambda w: _resp(*w)), min_size=1, max_size=3).map(b"".join)
-_HOSTILE = st.one_of(st.binary(max_size=200), _COMMANDS,
-                     st.tuples(_COMMANDS, st.binary(max_size=40)).map(b"".join))
+    st.lists(_WORDS, min_size=1, max_size=5)
+    .filter(lambda w: not _forwardable(w))
+    .map(lambda w: _resp(*w)),
+    min_size=1,
+    max_size=3,
+).map(b"".join)
+_HOSTILE = st.one_of(
+    st.binary(max_size=200), _COMMANDS, st.tuples(_COMMANDS, st.binary(max_size=40)).map(b"".join)
+)
 
 
 def test_hostile_bytes_are_refused_never_forwarded(fake_redis):
@@ -293,8 +328,13 @@ def test_hostile_bytes_are_refused_never_forwarded(fake_redis):
 def test_declared_sizes_are_capped(redis):
     proxy = _proxy(redis, read_only=False)
     try:
-        for payload in (b"*1000000\r\n", b"*1\r\n$99999999999\r\n", b"*-1\r\n", b"*x\r\n",
-                        b"GET ccache:abc\r\n"):
+        for payload in (
+            b"*1000000\r\n",
+            b"*1\r\n$99999999999\r\n",
+            b"*-1\r\n",
+            b"*x\r\n",
+            b"GET ccache:abc\r\n",
+        ):
             reply = _talk(proxy.path, payload)
             assert reply.startswith(b"-ERR sglforge cache proxy: "), (payload, reply)
     finally:
@@ -321,9 +361,12 @@ def test_http_paths_methods_and_auth():
     with http_cache_server() as server:
         server.store["/ccache/ab/cd"] = b"entry"
         for read_only in (True, False):
-            proxy = CacheProxy(Upstream("http", "127.0.0.1", server.port, user="ci",
-                                        password=PASSWORD, prefix="/ccache"),
-                               read_only=read_only)
+            proxy = CacheProxy(
+                Upstream(
+                    "http", "127.0.0.1", server.port, user="ci", password=PASSWORD, prefix="/ccache"
+                ),
+                read_only=read_only,
+            )
             proxy.start()
             try:
                 conn = UnixHTTP(str(proxy.path))  # one kept-alive connection for all
@@ -332,11 +375,18 @@ def test_http_paths_methods_and_auth():
                     conn.request(method, path, body=body)
                     response = conn.getresponse()
                     return response.status, response.read()
+
                 assert ask("GET", "/ccache/ab/cd") == (200, b"entry")
                 assert ask("HEAD", "/ccache/ab/cd")[0] == 200
                 assert ask("GET", "/ccache/ab/none")[0] == 404
-                for path in ("/ccache/../x", "/ccache/a%2fb", "/other/ab", "/ccache/ab?x=1",
-                             "/ccache/ab/.hidden", "/ccache"):
+                for path in (
+                    "/ccache/../x",
+                    "/ccache/a%2fb",
+                    "/other/ab",
+                    "/ccache/ab?x=1",
+                    "/ccache/ab/.hidden",
+                    "/ccache",
+                ):
                     status, _ = ask("GET", path)
                     assert status == 404, path
                     conn.close()
@@ -345,8 +395,7 @@ def test_http_paths_methods_and_auth():
             finally:
                 proxy.close()
         assert ("/ccache/ef/gh" in server.store) is True  # only the writable proxy's PUT
-        assert server.auth == {
-            "Basic " + base64.b64encode(f"ci:{PASSWORD}".encode()).decode()}
+        assert server.auth == {"Basic " + base64.b64encode(f"ci:{PASSWORD}".encode()).decode()}
 
 
 def test_a_refused_put_is_answered_after_its_body_arrives():
@@ -359,15 +408,17 @@ def test_a_refused_put_is_answered_after_its_body_arrives():
 
     with http_cache_server() as server:
         for path, status in (("/ccache/ef/gh", b"403"), ("/elsewhere/ef", b"403")):
-            proxy = CacheProxy(Upstream("http", "127.0.0.1", server.port, prefix="/ccache"),
-                               read_only=True)
+            proxy = CacheProxy(
+                Upstream("http", "127.0.0.1", server.port, prefix="/ccache"), read_only=True
+            )
             proxy.start()
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                     sock.settimeout(10)
                     sock.connect(str(proxy.path))
-                    sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: x\r\n"
-                                 "Content-Length: 3\r\n\r\n".encode())
+                    sock.sendall(
+                        f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n".encode()
+                    )
                     time.sleep(0.3)  # the refusal used to close the socket here
                     sock.sendall(b"new")
                     reply = sock.recv(4096)
@@ -412,8 +463,7 @@ def test_connections_over_the_limit_are_refused_at_once(redis):
     and recorded; a place given back is taken again."""
     from sglforge.builder.cacheproxy import Upstream
 
-    proxy = _started(Upstream("redis", "127.0.0.1", redis.port, password=PASSWORD),
-                     max_clients=4)
+    proxy = _started(Upstream("redis", "127.0.0.1", redis.port, password=PASSWORD), max_clients=4)
     held = []
     try:
         threads = len(_handler_threads())
@@ -425,7 +475,8 @@ def test_connections_over_the_limit_are_refused_at_once(redis):
         for _ in range(20):
             with _connect(proxy.path) as extra:
                 assert _recv_until(extra, b"\r\n") == (
-                    b"-ERR sglforge cache proxy: too many connections\r\n")
+                    b"-ERR sglforge cache proxy: too many connections\r\n"
+                )
                 assert _closed(extra)
         over = [r for r in proxy.refused if "over the limit of 4" in r]
         assert len(over) == 20, proxy.refused
@@ -473,10 +524,12 @@ def test_an_idle_client_is_closed(fake_redis, fake_http, kind):
     """idle_timeout=1: a client that sends nothing, or nothing more after a request, is
     closed (the socket's own 15 s timeout fails the test if it is not)."""
     start = _fake_redis_proxy if kind == "redis" else _fake_http_proxy
-    proxy = start(fake_redis if kind == "redis" else fake_http, read_only=False,
-                  idle_timeout=1.0)
-    request, answer = ((_resp(b"GET", b"ccache:abc"), b"$-1\r\n") if kind == "redis" else
-                       (b"GET /ccache/ab HTTP/1.1\r\nHost: x\r\n\r\n", b"\r\n\r\n"))
+    proxy = start(fake_redis if kind == "redis" else fake_http, read_only=False, idle_timeout=1.0)
+    request, answer = (
+        (_resp(b"GET", b"ccache:abc"), b"$-1\r\n")
+        if kind == "redis"
+        else (b"GET /ccache/ab HTTP/1.1\r\nHost: x\r\n\r\n", b"\r\n\r\n")
+    )
     try:
         began = time.monotonic()
         with _connect(proxy.path) as silent:
@@ -535,8 +588,9 @@ def test_refused_arguments_are_dropped_as_they_stream(fake_redis):
                 tracemalloc.stop()
             client.sendall(_resp(b"GET", b"ccache:abc"))
             third = _recv_until(client, b"\r\n")
-        assert first == (b"-ERR sglforge cache proxy: 'SET': the cache is read-only for "
-                         b"this build\r\n")
+        assert first == (
+            b"-ERR sglforge cache proxy: 'SET': the cache is read-only for this build\r\n"
+        )
         assert second.startswith(b"-ERR sglforge cache proxy: command 'xxxxx"), second
         assert third == b"$-1\r\n"
         assert peak < 8 << 20, f"the proxy held {peak >> 20} MiB"
@@ -554,10 +608,11 @@ def test_large_values_are_copied_through(redis):
     try:
         assert _talk(proxy.path, _resp(b"SET", b"ccache:big", value)) == b"+OK\r\n"
         assert _talk(proxy.path, _resp(b"GET", b"ccache:big")) == (
-            b"$%d\r\n%s\r\n" % (len(value), value))
+            b"$%d\r\n%s\r\n" % (len(value), value)
+        )
         with _connect(proxy.path) as client:
             client.sendall(b"*3\r\n$3\r\nSET\r\n$10\r\nccache:cut\r\n$%d\r\n" % len(value))
-            client.sendall(value[:1 << 20])
+            client.sendall(value[: 1 << 20])
         _wait_for_handlers(proxy)
         assert _talk(proxy.path, _resp(b"EXISTS", b"ccache:cut")) == b":0\r\n"
     finally:
@@ -585,12 +640,15 @@ def test_a_client_leaving_mid_exchange_prints_nothing(redis, capfd):
         proxy.close()
     with http_cache_server() as server:
         server.store["/ccache/big/one"] = big
-        proxy = CacheProxy(Upstream("http", "127.0.0.1", server.port, prefix="/ccache"),
-                           read_only=False)
+        proxy = CacheProxy(
+            Upstream("http", "127.0.0.1", server.port, prefix="/ccache"), read_only=False
+        )
         proxy.start()
         try:
-            for request in (b"GET /ccache/big/one HTTP/1.1\r\nHost: x\r\n\r\n",
-                            b"PUT /ccache/ab/cd HTTP/1.1\r\nContent-Length: 1000\r\n\r\nab"):
+            for request in (
+                b"GET /ccache/big/one HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"PUT /ccache/ab/cd HTTP/1.1\r\nContent-Length: 1000\r\n\r\nab",
+            ):
                 with _connect(proxy.path) as client:
                     client.sendall(request)
             _wait_for_handlers(proxy)
@@ -602,21 +660,40 @@ def test_a_client_leaving_mid_exchange_prints_nothing(redis, capfd):
     assert stored == ["/ccache/big/one"]  # a body cut short is not stored
 
 
-@pytest.mark.parametrize(("request_bytes", "why"), [
-    pytest.param(b"PUT /ccache/ab/cd HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                 b" X-Injected: yes\r\nContent-Length: 3\r\n\r\nnew", "obs-fold",
-                 id="fold-space-put"),
-    pytest.param(b"GET /ccache/ab/cd HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\tmore\r\n\r\n",
-                 "obs-fold", id="fold-tab"),
-    pytest.param(b"GET /ccache/ab/cd HTTP/1.1\r\n Host: x\r\n\r\n", "obs-fold",
-                 id="fold-first-line"),
-    pytest.param(b"GET /ccache/ab/cd HTTP/1.1\r\nHost: x\rX-Injected: yes\r\n\r\n",
-                 "a malformed header line", id="bare-cr"),
-    pytest.param(b"GET /ccache/ab/cd HTTP/1.1\r\nHost : x\r\n\r\n", "a malformed header line",
-                 id="space-before-colon"),
-    pytest.param(b"PUT /ccache/ab/cd HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 30\r\n"
-                 b"\r\nnew", "more than one Content-Length", id="two-content-lengths"),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "why"),
+    [
+        pytest.param(
+            b"PUT /ccache/ab/cd HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            b" X-Injected: yes\r\nContent-Length: 3\r\n\r\nnew",
+            "obs-fold",
+            id="fold-space-put",
+        ),
+        pytest.param(
+            b"GET /ccache/ab/cd HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\tmore\r\n\r\n",
+            "obs-fold",
+            id="fold-tab",
+        ),
+        pytest.param(
+            b"GET /ccache/ab/cd HTTP/1.1\r\n Host: x\r\n\r\n", "obs-fold", id="fold-first-line"
+        ),
+        pytest.param(
+            b"GET /ccache/ab/cd HTTP/1.1\r\nHost: x\rX-Injected: yes\r\n\r\n",
+            "a malformed header line",
+            id="bare-cr",
+        ),
+        pytest.param(
+            b"GET /ccache/ab/cd HTTP/1.1\r\nHost : x\r\n\r\n",
+            "a malformed header line",
+            id="space-before-colon",
+        ),
+        pytest.param(
+            b"PUT /ccache/ab/cd HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nnew",
+            "more than one Content-Length",
+            id="two-content-lengths",
+        ),
+    ],
+)
 def test_malformed_http_headers_are_refused_never_forwarded(fake_http, request_bytes, why):
     """An obs-folded header line (or another malformed header block) is answered 400 and
     the connection closed; nothing reaches the upstream, even on a writable proxy."""

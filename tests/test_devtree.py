@@ -122,8 +122,9 @@ def test_workspace_parks_adopts_and_recovers(tmp_path):
 
 def fake_tool(bin_dir: Path, version: str) -> Path:
     counter = bin_dir.parent / "runs"
-    return write(bin_dir / "c++", f"#!/bin/sh\necho run >> {counter}\necho 'c++ {version}'\n",
-                 0o755)
+    return write(
+        bin_dir / "c++", f"#!/bin/sh\necho run >> {counter}\necho 'c++ {version}'\n", 0o755
+    )
 
 
 def runs(tmp_path: Path) -> int:

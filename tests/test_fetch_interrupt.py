@@ -76,15 +76,22 @@ def slow_fetch(world, tmp_path):
     marker = f"SGLFORGE_TEST_MARK={uuid.uuid4().hex}"
 
     def start(*, slow: bool = True) -> subprocess.Popen:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("GIT_CONFIG", "SGLFORGE_PROJECT"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GIT_CONFIG", "SGLFORGE_PROJECT"))
+        }
         env.update({"PYTHONPATH": str(REPO / "src"), marker.split("=")[0]: marker.split("=")[1]})
         if slow:  # upload-pack honours the hook only from protected (e.g. global) config
             env["GIT_CONFIG_GLOBAL"] = str(config)
-        return subprocess.Popen([sys.executable, "-m", "sglforge", *world.cli_args(), "fetch",
-                                 "--no-export"], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_default_signals)  # noqa: PLW1509 - no threads
+        return subprocess.Popen(
+            [sys.executable, "-m", "sglforge", *world.cli_args(), "fetch", "--no-export"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_signals,  # noqa: PLW1509 - no threads
+        )
 
     def pack_dir() -> Path:
         (git_dir,) = (world.cache / "git").glob("big-*.git")
@@ -97,8 +104,10 @@ def slow_fetch(world, tmp_path):
             return []
 
     def started(proc: subprocess.Popen) -> None:
-        _wait_for("a partial pack and a running pack-objects", lambda: litter() and any(
-            "pack-objects" in cmd for cmd in _marked(marker).values()))
+        _wait_for(
+            "a partial pack and a running pack-objects",
+            lambda: litter() and any("pack-objects" in cmd for cmd in _marked(marker).values()),
+        )
 
     class Slow:
         pass

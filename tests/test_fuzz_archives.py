@@ -25,17 +25,20 @@ from sglforge.inputs.settings import Settings
 from sglforge.sources.archive import ArchiveLimits, extract_tar
 from sglforge.sources.bundle import import_bundle
 
-FUZZ = settings(max_examples=int(os.environ.get("SGLFORGE_FUZZ_EXAMPLES", "100")),
-                deadline=None, derandomize=True, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("SGLFORGE_FUZZ_EXAMPLES", "100")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 # Few distinct components, so names collide and links point at each other.
 COMPONENT = st.sampled_from(["a", "b", "top", "..", ".", "", "l", "x"])
 PATH = st.lists(COMPONENT, min_size=1, max_size=4).map("/".join)
 LINK = st.one_of(PATH, PATH.map(lambda p: "/" + p), st.sampled_from(["..", "../..", "/etc"]))
-MEMBER = st.tuples(st.sampled_from(["file", "dir", "sym", "hard", "fifo", "chr"]),
-                   PATH, LINK)
+MEMBER = st.tuples(st.sampled_from(["file", "dir", "sym", "hard", "fifo", "chr"]), PATH, LINK)
 
 
 def build_tar(members: list[tuple[str, str, str]]) -> bytes:
@@ -44,9 +47,14 @@ def build_tar(members: list[tuple[str, str, str]]) -> bytes:
         for kind, name, link in members:
             info = tarfile.TarInfo(name)
             data = None
-            info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE,
-                         "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE,
-                         "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}[kind]
+            info.type = {
+                "file": tarfile.REGTYPE,
+                "dir": tarfile.DIRTYPE,
+                "sym": tarfile.SYMTYPE,
+                "hard": tarfile.LNKTYPE,
+                "fifo": tarfile.FIFOTYPE,
+                "chr": tarfile.CHRTYPE,
+            }[kind]
             if kind in ("sym", "hard"):
                 info.linkname = link
             if kind == "file":
@@ -65,8 +73,9 @@ def assert_contained(root: Path) -> None:
             assert stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode), path
             assert not mode & (stat.S_ISUID | stat.S_ISGID), path
             resolved = os.path.realpath(path)
-            assert resolved == real_root or resolved.startswith(real_root + os.sep), \
+            assert resolved == real_root or resolved.startswith(real_root + os.sep), (
                 f"{path} resolves to {resolved}"
+            )
 
 
 @FUZZ
@@ -78,8 +87,9 @@ def test_fuzzed_tar_members_are_refused_or_stay_inside(members, strip):
         dest = work / "tree" / "out"
         dest.mkdir(parents=True)
         try:
-            extract_tar(work / "in.tar", dest, "in.tar", ArchiveLimits(50, 1 << 20),
-                        strip_top=strip)
+            extract_tar(
+                work / "in.tar", dest, "in.tar", ArchiveLimits(50, 1 << 20), strip_top=strip
+            )
         except SglforgeError as exc:
             assert str(exc).startswith("in.tar: "), exc
         # Whether refused midway or not, nothing outside `tree/out` was touched.
@@ -91,8 +101,11 @@ def test_fuzzed_tar_members_are_refused_or_stay_inside(members, strip):
 def _valid_bundle_parts() -> tuple[dict, dict[str, bytes]]:
     data = b"tarball\n"
     digest = hashlib.sha256(data).hexdigest()
-    manifest = {"format": 1, "git": [],
-                "tarballs": [{"name": "gamma", "sha256": digest, "file": f"tarballs/{digest}"}]}
+    manifest = {
+        "format": 1,
+        "git": [],
+        "tarballs": [{"name": "gamma", "sha256": digest, "file": f"tarballs/{digest}"}],
+    }
     return manifest, {f"tarballs/{digest}": data}
 
 
@@ -107,13 +120,26 @@ def _bundle(manifest_bytes: bytes, files: dict[str, bytes]) -> bytes:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) |
-    st.text(max_size=20) | st.sampled_from(["/etc/passwd", "../x", "git/000.bundle",
-                                           "ext::sh -c id", "a" * 40, "tarballs/x"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["format", "git", "tarballs", "url", "commits", "file", "name",
-                         "sha256", "x"]), inner, max_size=4),
-    max_leaves=12)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
+    | st.sampled_from(
+        ["/etc/passwd", "../x", "git/000.bundle", "ext::sh -c id", "a" * 40, "tarballs/x"]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["format", "git", "tarballs", "url", "commits", "file", "name", "sha256", "x"]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
 
 
 def _import(blob: bytes) -> None:
@@ -121,8 +147,9 @@ def _import(blob: bytes) -> None:
         path = Path(tmp) / "in.tar"
         path.write_bytes(blob)
         try:
-            import_bundle(path, Settings(cache_dir=Path(tmp) / "cache",
-                                         build_root=Path(tmp) / "build"))
+            import_bundle(
+                path, Settings(cache_dir=Path(tmp) / "cache", build_root=Path(tmp) / "build")
+            )
         except SglforgeError as exc:
             assert str(path) in str(exc), exc
         cache = Path(tmp) / "cache"
@@ -158,5 +185,5 @@ def test_damaged_bundle_bytes_are_clear_errors(offset, patch, truncate):
     if truncate:
         blob = blob[:offset]
     else:
-        blob[offset:offset + len(patch)] = patch
+        blob[offset : offset + len(patch)] = patch
     _import(bytes(blob))

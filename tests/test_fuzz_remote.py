@@ -39,48 +39,105 @@ from sglforge.check.target import Target
 from sglforge.wheel import runtime
 from tests.test_remote_downloads import Hostile
 
-FUZZ = settings(max_examples=int(os.environ.get("SGLFORGE_FUZZ_EXAMPLES", "60")),
-                deadline=None, derandomize=True, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("SGLFORGE_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 NAMES = ["foo", "Foo_Bar.baz", "sglang", "torch", "", "a b", "x\ny", "-x", "é", "a" * 300]
-SPECS = ["", "==1", ">=2,<3", "~=3", "~=1.0", "===x", "==1.*", "!=", "(>=1)", "==1.0+local",
-         ">=1;", "@ https://x/y.whl", "[extra]", "[a,b]>=1"]
-MARKER_VARS = ["python_version", "python_full_version", "extra", "platform_machine",
-               "os_name", "sys_platform", "implementation_version", "platform_release",
-               "'3.12'", "undefined_name"]
+SPECS = [
+    "",
+    "==1",
+    ">=2,<3",
+    "~=3",
+    "~=1.0",
+    "===x",
+    "==1.*",
+    "!=",
+    "(>=1)",
+    "==1.0+local",
+    ">=1;",
+    "@ https://x/y.whl",
+    "[extra]",
+    "[a,b]>=1",
+]
+MARKER_VARS = [
+    "python_version",
+    "python_full_version",
+    "extra",
+    "platform_machine",
+    "os_name",
+    "sys_platform",
+    "implementation_version",
+    "platform_release",
+    "'3.12'",
+    "undefined_name",
+]
 MARKER_OPS = ["==", "!=", "<", ">", "<=", ">=", "~=", "===", "in", "not in", "=", ""]
-MARKER_VALUES = ['"3"', '"3.1"', '"abc"', '""', '"x86_64"', '"test"', "'1.0+x'", '"~="',
-                 "3", '"\\"']
+MARKER_VALUES = [
+    '"3"',
+    '"3.1"',
+    '"abc"',
+    '""',
+    '"x86_64"',
+    '"test"',
+    "'1.0+x'",
+    '"~="',
+    "3",
+    '"\\"',
+]
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 
 
 @st.composite
-def requirement(draw) -> str:  # noqa: ANN001
+def requirement(draw) -> str:
     if draw(st.booleans()):
         return draw(TEXT)
     text = draw(st.sampled_from(NAMES)) + draw(st.sampled_from(SPECS))
     for _ in range(draw(st.integers(0, 2))):
-        marker = (f"{draw(st.sampled_from(MARKER_VARS))} {draw(st.sampled_from(MARKER_OPS))} "
-                  f"{draw(st.sampled_from(MARKER_VALUES))}")
+        marker = (
+            f"{draw(st.sampled_from(MARKER_VARS))} {draw(st.sampled_from(MARKER_OPS))} "
+            f"{draw(st.sampled_from(MARKER_VALUES))}"
+        )
         text += ("; " if ";" not in text else draw(st.sampled_from([" and ", " or "]))) + marker
     return text
 
 
 HEADER = st.one_of(
     st.tuples(st.just("Requires-Dist"), requirement()),
-    st.tuples(st.just("Requires-Python"), st.one_of(st.sampled_from(
-        [">=3.10", "~=3", ">=3.1O", "", "<4,>=3.9", "=== 3"]), TEXT)),
-    st.tuples(st.sampled_from(["Name", "Version"]), st.one_of(st.sampled_from(
-        ["sglang", "0.5.21", "0.5.21+cu130.abcdef12", "", " ", "1.0\n", "x y", "🐍",
-         "1.0 --hash=sha256:" + "0" * 64]), TEXT)),
+    st.tuples(
+        st.just("Requires-Python"),
+        st.one_of(st.sampled_from([">=3.10", "~=3", ">=3.1O", "", "<4,>=3.9", "=== 3"]), TEXT),
+    ),
+    st.tuples(
+        st.sampled_from(["Name", "Version"]),
+        st.one_of(
+            st.sampled_from(
+                [
+                    "sglang",
+                    "0.5.21",
+                    "0.5.21+cu130.abcdef12",
+                    "",
+                    " ",
+                    "1.0\n",
+                    "x y",
+                    "🐍",
+                    "1.0 --hash=sha256:" + "0" * 64,
+                ]
+            ),
+            TEXT,
+        ),
+    ),
     st.tuples(TEXT, TEXT),
 )
 
 
 @st.composite
-def metadata(draw) -> bytes:  # noqa: ANN001
+def metadata(draw) -> bytes:
     headers = [("Metadata-Version", "2.1")]
     if draw(st.booleans()):
         headers += [("Name", "sglang"), ("Version", "0.5.21")]
@@ -91,8 +148,9 @@ def metadata(draw) -> bytes:  # noqa: ANN001
     data = text.encode("utf-8", "surrogatepass")
     if draw(st.integers(0, 9)) == 0:  # not UTF-8 at a random place
         at = draw(st.integers(0, len(data)))
-        data = data[:at] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"])) \
-            + data[at:]
+        data = (
+            data[:at] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80"])) + data[at:]
+        )
     return data
 
 
@@ -106,10 +164,17 @@ def _wheel(directory: Path, meta: bytes, wheel_tags: str = "Tag: py3-none-any\n"
 
 
 @FUZZ
-@given(meta=metadata(), wheel_tags=st.sampled_from(
-    ["Tag: py3-none-any\n", "", "Tag: \n", "Tag: a-b\n", "Tag: py3-none-any\nTag: x y-z-w\n"]))
-@example(meta=b'Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.21\n'
-              b'Requires-Dist: foo; python_version ~= "3"\n', wheel_tags="Tag: py3-none-any\n")
+@given(
+    meta=metadata(),
+    wheel_tags=st.sampled_from(
+        ["Tag: py3-none-any\n", "", "Tag: \n", "Tag: a-b\n", "Tag: py3-none-any\nTag: x y-z-w\n"]
+    ),
+)
+@example(
+    meta=b"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.21\n"
+    b'Requires-Dist: foo; python_version ~= "3"\n',
+    wheel_tags="Tag: py3-none-any\n",
+)
 def test_metadata_headers_never_raise_a_traceback(meta: bytes, wheel_tags: str) -> None:
     target = Target("3.12", "2.13.0")
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,19 +209,38 @@ def test_metadata_headers_never_raise_a_traceback(meta: bytes, wheel_tags: str) 
 
 KEY = "cd" + "2" * 62
 GOOD_WHEEL_META = b"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.21\n"
-JSON_ATOMS = [None, True, 0, -1, 1.5, 10**30, "", "x", "a\nb", "../x", "/etc/passwd", [], {},
-              "README.md", "sglang-0.5.21-py3-none-any.whl", "0" * 64, "sglang", "0.5.21"]
-JSON_VALUE = st.recursive(st.one_of(st.sampled_from(JSON_ATOMS), TEXT, st.integers()),
-                          lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                  st.dictionaries(TEXT, inner, max_size=3)),
-                          max_leaves=8)
+JSON_ATOMS = [
+    None,
+    True,
+    0,
+    -1,
+    1.5,
+    10**30,
+    "",
+    "x",
+    "a\nb",
+    "../x",
+    "/etc/passwd",
+    [],
+    {},
+    "README.md",
+    "sglang-0.5.21-py3-none-any.whl",
+    "0" * 64,
+    "sglang",
+    "0.5.21",
+]
+JSON_VALUE = st.recursive(
+    st.one_of(st.sampled_from(JSON_ATOMS), TEXT, st.integers()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+    max_leaves=8,
+)
 FIELDS = ["file", "sha256", "name", "version", "size", "stat"]
 
 
 class _Served(Hostile):
     wheel: bytes = b""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.endswith(".whl") and self.path not in Hostile.entries:
             Hostile.requested.append(self.path)
             self.send_response(200)
@@ -168,13 +252,23 @@ class _Served(Hostile):
 
 
 @st.composite
-def entry_bytes(draw, good: dict) -> bytes:  # noqa: ANN001
+def entry_bytes(draw, good: dict) -> bytes:
     choice = draw(st.integers(0, 5))
     if choice == 0:  # raw bytes: truncated good JSON, junk, deep nesting
         raw = json.dumps(good).encode()
-        return draw(st.sampled_from([raw[:draw(st.integers(0, len(raw)))], b"\xff\xfe",
-                                     b"[" * 5000, b"1e999999", b"9" * 5000, b"",
-                                     b'{"file": "a", "file": "b"}']))
+        return draw(
+            st.sampled_from(
+                [
+                    raw[: draw(st.integers(0, len(raw)))],
+                    b"\xff\xfe",
+                    b"[" * 5000,
+                    b"1e999999",
+                    b"9" * 5000,
+                    b"",
+                    b'{"file": "a", "file": "b"}',
+                ]
+            )
+        )
     if choice == 1:
         return json.dumps(draw(JSON_VALUE)).encode()
     meta = dict(good)
@@ -187,7 +281,7 @@ def entry_bytes(draw, good: dict) -> bytes:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def served():  # noqa: ANN201
+def served():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Served)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -199,12 +293,17 @@ def served():  # noqa: ANN201
 
 @FUZZ
 @given(data=st.data())
-def test_remote_entries_never_raise_a_traceback_or_leave_a_file(served, data) -> None:  # noqa: ANN001
+def test_remote_entries_never_raise_a_traceback_or_leave_a_file(served, data) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         wheel = _wheel(Path(tmp), GOOD_WHEEL_META)
         _Served.wheel = wheel.read_bytes()
-        good = {"file": wheel.name, "sha256": hashlib.sha256(_Served.wheel).hexdigest(),
-                "name": "sglang", "version": "0.5.21", "size": len(_Served.wheel)}
+        good = {
+            "file": wheel.name,
+            "sha256": hashlib.sha256(_Served.wheel).hexdigest(),
+            "name": "sglang",
+            "version": "0.5.21",
+            "size": len(_Served.wheel),
+        }
         raw = data.draw(entry_bytes(good))
         Hostile.sent, Hostile.requested = {}, []
         Hostile.entries = {f"/c/{KEY[:2]}/{KEY}/entry.json": raw}
@@ -216,7 +315,8 @@ def test_remote_entries_never_raise_a_traceback_or_leave_a_file(served, data) ->
         dest = Path(tmp) / "remote"
         try:
             found = RemoteWheelCache(store, report=lambda line: None).fetch(
-                KEY, "k" * 64, dest, ExpectedWheel("sglang"))
+                KEY, "k" * 64, dest, ExpectedWheel("sglang")
+            )
         except RemoteRefused:
             found = None
         # the served wheel has no provenance: no entry is ever trusted
@@ -227,8 +327,17 @@ def test_remote_entries_never_raise_a_traceback_or_leave_a_file(served, data) ->
 def test_the_good_entry_reaches_the_wheel_and_is_refused_only_for_its_provenance(tmp_path):
     """The fuzz test's baseline: its valid entry gets as far as the provenance check."""
     wheel = _wheel(tmp_path, GOOD_WHEEL_META)
-    assert read_entry(json.dumps({"file": wheel.name, "sha256": "0" * 64, "name": "sglang",
-                                  "version": "0.5.21"}))["file"] == wheel.name
+    assert (
+        read_entry(
+            json.dumps(
+                {"file": wheel.name, "sha256": "0" * 64, "name": "sglang", "version": "0.5.21"}
+            )
+        )["file"]
+        == wheel.name
+    )
     identity = wheel_identity(wheel)
     assert (identity.name, identity.version, identity.filename) == (
-        "sglang", "0.5.21", "sglang-0.5.21-py3-none-any.whl")
+        "sglang",
+        "0.5.21",
+        "sglang-0.5.21-py3-none-any.whl",
+    )

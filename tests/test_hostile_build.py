@@ -34,7 +34,7 @@ SECRET = "ccpw-Hq7Kx/Zw4Pm"  # the compiler cache's password ('/' must be percen
 SECRET_URL = SECRET.replace("/", "%2F")
 WHEEL_TOKEN = "s3cret-token"  # tests/fixtures/webdav_server.py
 
-SETUP_PY = r'''
+SETUP_PY = r"""
 import glob, json, os, socket, subprocess
 from setuptools import setup
 
@@ -145,7 +145,7 @@ report["direct"] = {
 with open(os.path.join(os.environ["HOME"], "hostile-report.json"), "w") as f:
     json.dump(report, f)
 setup(name="hostile", version="1.0")
-'''
+"""
 
 RECIPE = """\
 upstream = "hostile"
@@ -156,44 +156,67 @@ mem-per-job = "512MiB"
 
 def _hostile_project(tmp_path: Path, attack: dict) -> FixtureProject:
     project = make_project(tmp_path, ())
-    files = {"setup.py": SETUP_PY, "attack.json": json.dumps(attack),
-             "pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
-                               'build-backend = "setuptools.build_meta"\n'}
+    files = {
+        "setup.py": SETUP_PY,
+        "attack.json": json.dumps(attack),
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
+        'build-backend = "setuptools.build_meta"\n',
+    }
     commit = upstreams.make_repo(project.mirror / "org" / "hostile", files)
     (project.root / "lockfiles" / "upstreams.toml").write_text(
         f'[[source]]\nname = "hostile"\nurl = "{upstreams.MIRROR_PREFIX}org/hostile"\n'
-        f'commit = "{commit}"\n')
+        f'commit = "{commit}"\n'
+    )
     project.recipe("hostile").write_text(RECIPE)
     return project
 
 
-def _run(project: FixtureProject, cache: Path, env: dict[str, str], *extra: str,
-         python: str = sys.executable) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _run(
+    project: FixtureProject,
+    cache: Path,
+    env: dict[str, str],
+    *extra: str,
+    python: str = sys.executable,
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     shutil.rmtree(project.build_root, ignore_errors=True)
-    cmd = [python, "-m", "sglforge", *project.args(cache=cache), "build",
-           "--no-wheel-cache", "--no-check", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=project.root, env=env)
+    cmd = [
+        python,
+        "-m",
+        "sglforge",
+        *project.args(cache=cache),
+        "build",
+        "--no-wheel-cache",
+        "--no-check",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=project.root, env=env
+    )
     stdout, stderr = proc.communicate(timeout=600)
     result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # HOME of the build: its step's private one (builder/sandbox.py), kept until the next step
-    report = json.loads((project.build_root / "sandbox" / "hostile" / "home"
-                         / "hostile-report.json").read_text())
+    report = json.loads(
+        (project.build_root / "sandbox" / "hostile" / "home" / "hostile-report.json").read_text()
+    )
     report["sglforge_pid"] = str(proc.pid)
     return result, report
 
 
 def _env(webdav_url: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"),
-               SGLFORGE_WHEEL_CACHE_REMOTE=webdav_url)  # the write token, in sglforge's env
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(Path(__file__).parents[1] / "src"),
+        SGLFORGE_WHEEL_CACHE_REMOTE=webdav_url,
+    )  # the write token, in sglforge's env
     env.pop("SGLFORGE_PROJECT", None)
     return env
 
 
 def _no_secret_anywhere(project: FixtureProject, result, report: dict) -> None:
     text = json.dumps({k: v for k, v in report.items() if k != "config"}) + (
-        result.stdout + result.stderr)
+        result.stdout + result.stderr
+    )
     log = (project.build_root / "logs" / "hostile.log").read_text()
     for secret in (SECRET, SECRET_URL, WHEEL_TOKEN):
         assert secret not in text, secret
@@ -215,7 +238,8 @@ def _keys(redis) -> list[str]:
     request = b""
     for words in (["AUTH", redis.password], ["KEYS", "*"]):
         request += b"*%d\r\n" % len(words) + b"".join(
-            b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words)
+            b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words
+        )
     with socket.create_connection(("127.0.0.1", redis.port), timeout=5) as conn:
         conn.sendall(request)
         conn.shutdown(socket.SHUT_WR)
@@ -249,12 +273,18 @@ def test_hostile_build_against_redis(tmp_path, webdav_auth):
     _ccache()
     redis = start_redis(tmp_path / "redis", password=SECRET)
     try:
-        attack = {"config": str(tmp_path / "config.toml"), "nonce": "n1", "victim": "ccache:victim",
-                  "redis_port": redis.port, "wheel_port": webdav_auth.port}
+        attack = {
+            "config": str(tmp_path / "config.toml"),
+            "nonce": "n1",
+            "victim": "ccache:victim",
+            "redis_port": redis.port,
+            "wheel_port": webdav_auth.port,
+        }
         project = _hostile_project(tmp_path, attack)
         assert attack["config"] == str(project.config)
         project.config.write_text(
-            f'[compiler-cache]\nremote = "redis://:{SECRET_URL}@127.0.0.1:{redis.port}/0"\n')
+            f'[compiler-cache]\nremote = "redis://:{SECRET_URL}@127.0.0.1:{redis.port}/0"\n'
+        )
         project.config.chmod(0o600)  # a file with a password in it
         env = _env(webdav_auth.url)
         first, _ = _run(project, tmp_path / "cache-a", env)  # fills the cache
@@ -286,13 +316,18 @@ def test_hostile_build_against_http(tmp_path, webdav_auth):
 
     _ccache()
     with http_cache_server() as server:
-        attack = {"config": str(tmp_path / "config.toml"), "nonce": "n2", "victim": "vi/ctim",
-                  "redis_port": 1, "wheel_port": webdav_auth.port}
+        attack = {
+            "config": str(tmp_path / "config.toml"),
+            "nonce": "n2",
+            "victim": "vi/ctim",
+            "redis_port": 1,
+            "wheel_port": webdav_auth.port,
+        }
         project = _hostile_project(tmp_path, attack)
         assert attack["config"] == str(project.config)
         project.config.write_text(
-            f'[compiler-cache]\nremote = "http://ci:{SECRET_URL}@127.0.0.1:{server.port}'
-            '/ccache"\n')
+            f'[compiler-cache]\nremote = "http://ci:{SECRET_URL}@127.0.0.1:{server.port}/ccache"\n'
+        )
         project.config.chmod(0o600)
         env = _env(webdav_auth.url)
         first, _ = _run(project, tmp_path / "cache-a", env)
@@ -306,6 +341,7 @@ def test_hostile_build_against_http(tmp_path, webdav_auth):
     assert after == keys and "/ccache/vi/ctim" in after
     assert all(k.startswith("/ccache/") for k in after)
     import base64
+
     assert auth == {"Basic " + base64.b64encode(f"ci:{SECRET}".encode()).decode()}
     replies = report["http"]
     for name in ("put", "delete"):

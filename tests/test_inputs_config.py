@@ -51,13 +51,25 @@ def recipe(tmp_path: Path, text: str, name: str = "purepy") -> Path:
 
 
 def render(r, **extra) -> dict[str, str]:
-    values = {"version": "", "local": "", "patchset8": "abcdef12", "cuda": "130", "jobs": "1",
-              "nvcc_threads": "1", "source": "/s", "build_dir": "/b", "build_root": "/r", "cuda_gap_lib": "/g",
-              **r.arch_values, **extra}
+    values = {
+        "version": "",
+        "local": "",
+        "patchset8": "abcdef12",
+        "cuda": "130",
+        "jobs": "1",
+        "nvcc_threads": "1",
+        "source": "/s",
+        "build_dir": "/b",
+        "build_root": "/r",
+        "cuda_gap_lib": "/g",
+        **r.arch_values,
+        **extra,
+    }
     out = {k: v.format(**values) for k, v in r.env.items()}
     out.update({f"-D{k}": v.format(**values) for k, v in r.cmake_defines.items()})
-    out.update({f"-C{k}": " ".join(v.format(**values) for v in vs)
-                for k, vs in r.config_settings.items()})
+    out.update(
+        {f"-C{k}": " ".join(v.format(**values) for v in vs) for k, vs in r.config_settings.items()}
+    )
     return out
 
 
@@ -121,11 +133,20 @@ def test_toolchain_unknown_key_suggests_the_nearest(tmp_path):
 
 def sglforge_config(tmp_path: Path, *args: str, **env: str) -> str:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLFORGE_")}
-    environ.update(PYTHONPATH=str(REPO / "src"), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
-                   XDG_CACHE_HOME=str(tmp_path / "xdg-cache"), **env)
-    proc = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(REPO), *args,
-                           "config"], capture_output=True, text=True, env=environ, cwd=tmp_path,
-                          check=False)
+    environ.update(
+        PYTHONPATH=str(REPO / "src"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+        **env,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(REPO), *args, "config"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -136,10 +157,16 @@ def line_of(output: str, name: str) -> str:
 
 def test_config_prints_defaults_with_their_origin(tmp_path):
     out = sglforge_config(tmp_path)
-    assert line_of(out, "build-root").split() == ["build-root", "=", "/tmp/sglforge-build",
-                                                  "(default)"]
-    assert line_of(out, "cache-dir").split()[2:] == [str(tmp_path / "xdg-cache" / "sglforge"),
-                                                     "(default)"]
+    assert line_of(out, "build-root").split() == [
+        "build-root",
+        "=",
+        "/tmp/sglforge-build",
+        "(default)",
+    ]
+    assert line_of(out, "cache-dir").split()[2:] == [
+        str(tmp_path / "xdg-cache" / "sglforge"),
+        "(default)",
+    ]
     assert "(not present)" in line_of(out, "config-file")
     assert "mirrors: (none)" in out
     assert line_of(out, "project").split()[2:] == [str(REPO), "(cli:", "--project)"]
@@ -148,10 +175,12 @@ def test_config_prints_defaults_with_their_origin(tmp_path):
 def test_config_file_then_env_then_cli_each_win_and_say_so(tmp_path):
     config = tmp_path / "xdg" / "sglforge" / "config.toml"
     config.parent.mkdir(parents=True)
-    config.write_text('cache-dir = "/file/cache"\nbuild-root = "/file/root"\n'
-                      'mem-available = "8GiB"\n'
-                      '[mirrors]\n"https://github.com/" = "/file/mirror/"\n'
-                      '"https://gitlab.com/" = "/file/gitlab/"\n')
+    config.write_text(
+        'cache-dir = "/file/cache"\nbuild-root = "/file/root"\n'
+        'mem-available = "8GiB"\n'
+        '[mirrors]\n"https://github.com/" = "/file/mirror/"\n'
+        '"https://gitlab.com/" = "/file/gitlab/"\n'
+    )
     out = sglforge_config(tmp_path)
     origin = f"(config: {config})"
     assert line_of(out, "cache-dir").split()[2:] == ["/file/cache", *origin.split()]
@@ -159,17 +188,28 @@ def test_config_file_then_env_then_cli_each_win_and_say_so(tmp_path):
     assert line_of(out, "mem-available").split()[2:] == ["8GiB", *origin.split()]
     assert line_of(out, "config-file").split()[2:] == [str(config), "(default)"]
 
-    out = sglforge_config(tmp_path, SGLFORGE_BUILD_ROOT="/env/root",
-                          SGLFORGE_MEM_AVAILABLE="1536MiB")
+    out = sglforge_config(
+        tmp_path, SGLFORGE_BUILD_ROOT="/env/root", SGLFORGE_MEM_AVAILABLE="1536MiB"
+    )
     assert line_of(out, "cache-dir").split()[2:] == ["/file/cache", *origin.split()]
-    assert line_of(out, "build-root").split()[2:] == ["/env/root", "(env:",
-                                                      "SGLFORGE_BUILD_ROOT)"]
-    assert line_of(out, "mem-available").split()[2:] == ["1536MiB", "(env:",
-                                                         "SGLFORGE_MEM_AVAILABLE)"]
+    assert line_of(out, "build-root").split()[2:] == ["/env/root", "(env:", "SGLFORGE_BUILD_ROOT)"]
+    assert line_of(out, "mem-available").split()[2:] == [
+        "1536MiB",
+        "(env:",
+        "SGLFORGE_MEM_AVAILABLE)",
+    ]
 
-    out = sglforge_config(tmp_path, "--build-root", "/cli/root", "--cache-dir", "/cli/cache",
-                          "--mirror", "https://github.com/=/cli/mirror/",
-                          SGLFORGE_BUILD_ROOT="/env/root", SGLFORGE_CACHE_DIR="/env/cache")
+    out = sglforge_config(
+        tmp_path,
+        "--build-root",
+        "/cli/root",
+        "--cache-dir",
+        "/cli/cache",
+        "--mirror",
+        "https://github.com/=/cli/mirror/",
+        SGLFORGE_BUILD_ROOT="/env/root",
+        SGLFORGE_CACHE_DIR="/env/cache",
+    )
     assert line_of(out, "build-root").split()[2:] == ["/cli/root", "(cli:", "--build-root)"]
     assert line_of(out, "cache-dir").split()[2:] == ["/cli/cache", "(cli:", "--cache-dir)"]
     assert "  https://github.com/ -> /cli/mirror/   (cli: --mirror)" in out
@@ -183,13 +223,12 @@ def test_config_file_named_by_env_and_bad_env_values_are_errors(tmp_path):
     out = sglforge_config(tmp_path, SGLFORGE_CONFIG=str(config))
     assert line_of(out, "config-file").split()[2:] == [str(config), "(env:", "SGLFORGE_CONFIG)"]
     assert line_of(out, "cache-dir").split()[2] == "/named/cache"
-    with pytest.raises(SglforgeError, match="SGLFORGE_BUILD_ROOT='rel/root': must be an "
-                                            "absolute path"):
-        load_settings(environ={"SGLFORGE_BUILD_ROOT": "rel/root",
-                               "XDG_CONFIG_HOME": str(tmp_path)})
+    with pytest.raises(
+        SglforgeError, match="SGLFORGE_BUILD_ROOT='rel/root': must be an absolute path"
+    ):
+        load_settings(environ={"SGLFORGE_BUILD_ROOT": "rel/root", "XDG_CONFIG_HOME": str(tmp_path)})
     with pytest.raises(SglforgeError, match="SGLFORGE_MEM_AVAILABLE='lots': expected a size"):
-        load_settings(environ={"SGLFORGE_MEM_AVAILABLE": "lots",
-                               "XDG_CONFIG_HOME": str(tmp_path)})
+        load_settings(environ={"SGLFORGE_MEM_AVAILABLE": "lots", "XDG_CONFIG_HOME": str(tmp_path)})
     config.write_text('mem-available = "plenty"\n')
     with pytest.raises(ConfigErrors, match="key 'mem-available' .*'plenty' expected a size"):
         load_settings(config, environ={})
@@ -211,18 +250,24 @@ SGL_KERNEL_CUDA_ARCHS = "{sgl_kernel_cuda_archs}"
 """
 
 
-@pytest.mark.parametrize("archs, torch, cmake, nixl", [
-    (["sm_120a"], "12.0a", "120a", "120"),
-    (["sm_120f"], "12.0f", "120f", "120"),
-    (["sm_120a", "sm_90a", "sm_100f"], "12.0a 9.0a 10.0f", "120a;90a;100f", "120,90,100"),
-])
+@pytest.mark.parametrize(
+    "archs, torch, cmake, nixl",
+    [
+        (["sm_120a"], "12.0a", "120a", "120"),
+        (["sm_120f"], "12.0f", "120f", "120"),
+        (["sm_120a", "sm_90a", "sm_100f"], "12.0a 9.0a 10.0f", "120a;90a;100f", "120,90,100"),
+    ],
+)
 def test_arch_placeholders_render_from_cuda_archs(tmp_path, inputs, archs, torch, cmake, nixl):
     quoted = ", ".join(f'"{a}"' for a in archs)
     r = parse_recipe(recipe(tmp_path, f"cuda-archs = [{quoted}]\n" + ARCH_RECIPE), *inputs)
     assert render(r) == {
-        "TORCH_CUDA_ARCH_LIST": torch, "FLASHINFER_CUDA_ARCH_LIST": torch,
-        "-DCMAKE_CUDA_ARCHITECTURES": cmake, "-DSGL_KERNEL_CUDA_ARCHS": cmake,
-        "-Csetup-args": f"-Dnixl_cuda_arch_list={nixl}"}
+        "TORCH_CUDA_ARCH_LIST": torch,
+        "FLASHINFER_CUDA_ARCH_LIST": torch,
+        "-DCMAKE_CUDA_ARCHITECTURES": cmake,
+        "-DSGL_KERNEL_CUDA_ARCHS": cmake,
+        "-Csetup-args": f"-Dnixl_cuda_arch_list={nixl}",
+    }
     assert r.hints == ()
 
 
@@ -237,11 +282,15 @@ def test_shipped_recipes_tell_the_compiler_through_cuda_archs():
     assert kernel.cuda_archs == ("sm_120a",)
     assert render(kernel)["-DSGL_KERNEL_CUDA_ARCHS"] == "120a"
     labels = {n: r.local_label("abcdef12", "130") for n, r in recipes.items()}
-    assert labels == {"flashinfer-jit-cache": "sm120.cu130.abcdef12",
-                      "sglang-kernel": "sm120.cu130.abcdef12",
-                      "nixl-cu13": "sm120.cu130.abcdef12",
-                      **{n: "cu130.abcdef12" for n in ("flashinfer-python", "nixl",
-                                                       "sgl-deep-gemm", "sglang", "tilelang")}}
+    assert labels == {
+        "flashinfer-jit-cache": "sm120.cu130.abcdef12",
+        "sglang-kernel": "sm120.cu130.abcdef12",
+        "nixl-cu13": "sm120.cu130.abcdef12",
+        **{
+            n: "cu130.abcdef12"
+            for n in ("flashinfer-python", "nixl", "sgl-deep-gemm", "sglang", "tilelang")
+        },
+    }
     # nixl-cu13 carries device code since it builds NIXL-EP: meson's arch option comes from
     # cuda-archs (numbers only), so no shipped recipe names an arch literally any more.
     nixl = recipes["nixl-cu13"]
@@ -254,18 +303,23 @@ def test_shipped_recipes_tell_the_compiler_through_cuda_archs():
     assert from_lint == {(n, h) for n, hs in hints.items() for h in hs}
 
 
-@pytest.mark.parametrize("table, entry, literals", [
-    ("env", 'TORCH_CUDA_ARCH_LIST = "12.0a 9.0"', "12.0a, 9.0"),
-    ("env", 'FLASHINFER_CUDA_ARCH_LIST = "12.0f"', "12.0f"),
-    ("env", 'NVCC_APPEND_FLAGS = "-gencode=arch=compute_120a,code=sm_120a"',
-     "compute_120a, sm_120a"),
-    ("cmake-defines", 'SGL_KERNEL_CUDA_ARCHS = "120a"', "120a"),
-    ("cmake-defines", 'CMAKE_CUDA_ARCHITECTURES = "{cmake_cuda_architectures};90a"', "90a"),
-    ("config-settings", '"setup-args" = ["-Dnixl_cuda_arch_list=120,90"]', "120, 90"),
-])
+@pytest.mark.parametrize(
+    "table, entry, literals",
+    [
+        ("env", 'TORCH_CUDA_ARCH_LIST = "12.0a 9.0"', "12.0a, 9.0"),
+        ("env", 'FLASHINFER_CUDA_ARCH_LIST = "12.0f"', "12.0f"),
+        (
+            "env",
+            'NVCC_APPEND_FLAGS = "-gencode=arch=compute_120a,code=sm_120a"',
+            "compute_120a, sm_120a",
+        ),
+        ("cmake-defines", 'SGL_KERNEL_CUDA_ARCHS = "120a"', "120a"),
+        ("cmake-defines", 'CMAKE_CUDA_ARCHITECTURES = "{cmake_cuda_architectures};90a"', "90a"),
+        ("config-settings", '"setup-args" = ["-Dnixl_cuda_arch_list=120,90"]', "120, 90"),
+    ],
+)
 def test_a_literal_arch_is_a_hint_not_an_error(tmp_path, inputs, table, entry, literals):
-    r = parse_recipe(recipe(tmp_path, f'cuda-archs = ["sm_120a"]\n[{table}]\n{entry}\n'),
-                     *inputs)
+    r = parse_recipe(recipe(tmp_path, f'cuda-archs = ["sm_120a"]\n[{table}]\n{entry}\n'), *inputs)
     assert len(r.hints) == 1, r.hints
     assert f"[{table}] " in r.hints[0] and "(line 5)" in r.hints[0]
     assert f"literal arch {literals};" in r.hints[0]
@@ -273,14 +327,20 @@ def test_a_literal_arch_is_a_hint_not_an_error(tmp_path, inputs, table, entry, l
 
 
 def test_arch_free_values_are_not_hinted(tmp_path, inputs):
-    r = parse_recipe(recipe(tmp_path, """\
+    r = parse_recipe(
+        recipe(
+            tmp_path,
+            """\
 [env]
 SGL_KERNEL_ENABLE_SM100A = "OFF"
 NVCC_THREADS = "{nvcc_threads}"
 SETUPTOOLS_SCM_PRETEND_VERSION = "0.5.23"
 [cmake-defines]
 SGL_KERNEL_COMMON_OPS_VARIANTS = "sm100"
-"""), *inputs)
+""",
+        ),
+        *inputs,
+    )
     assert r.hints == ()
 
 
@@ -297,12 +357,16 @@ COMMON = "1"
 SHARED = "default"
 """)
     plain = recipe(tmp_path, "", name="plain")
-    device = recipe(tmp_path, """\
+    device = recipe(
+        tmp_path,
+        """\
 local-version = "sm120.cu{cuda}.{patchset8}"
 cuda-archs = ["sm_120a"]
 [env]
 SHARED = "mine"
-""", name="device")
+""",
+        name="device",
+    )
     recipes = load_recipes(tmp_path / "recipes", *inputs)
     assert sorted(recipes) == ["device", "plain"]  # _defaults.toml is not a recipe
     assert recipes["plain"].local_label("ab", "130") == "cu130.ab"
@@ -332,6 +396,7 @@ def test_defaults_file_is_validated_like_a_recipe(tmp_path, inputs):
 
 def test_a_label_from_the_defaults_is_still_checked_against_cuda_archs(tmp_path, inputs):
     (tmp_path / "recipes" / "_defaults.toml").write_text(
-        'local-version = "sm120.cu{cuda}.{patchset8}"\n')
+        'local-version = "sm120.cu{cuda}.{patchset8}"\n'
+    )
     with pytest.raises(ConfigErrors, match="the label names sm120 but cuda-archs"):
         parse_recipe(recipe(tmp_path, ""), *inputs)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import upstreams
-from tests.fixtures.project import FixtureProject, cuda_release
 from sglforge.base.errors import SglforgeError
 from sglforge.builder.mesonwraps import place_wrap_inputs
 from sglforge.inputs.pins import parse_lockfile
 from sglforge.sources.cache import SourceCache
+from tests.fixtures import upstreams
+from tests.fixtures.project import FixtureProject, cuda_release
 from tests.helpers import snapshot
 
 pytest.importorskip("mesonpy", reason="meson-python (a [test] extra) is not installed")
@@ -54,8 +54,9 @@ def _patch_zip(dest: Path) -> str:
     with zipfile.ZipFile(buffer, "w") as archive:
         info = zipfile.ZipInfo("greetwrap-1.0/meson.build", date_time=(2025, 8, 1, 12, 0, 0))
         info.external_attr = 0o100644 << 16  # a regular file, as wrapdb's zips record
-        archive.writestr(info, "project('greetwrap')\n"
-                               "greeting = import('fs').read('message.txt').strip()\n")
+        archive.writestr(
+            info, "project('greetwrap')\ngreeting = import('fs').read('message.txt').strip()\n"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(buffer.getvalue())
     return hashlib.sha256(buffer.getvalue()).hexdigest()
@@ -108,8 +109,7 @@ source_filename = nestwrap-2.0.tar.gz
 source_hash = 0000000000000000000000000000000000000000000000000000000000000000
 patch_directory = nestwrap
 """,
-        "subprojects/packagefiles/nestwrap/meson.build":
-            "project('nestwrap')\nnested = import('fs').read('message.txt').strip()\n",
+        "subprojects/packagefiles/nestwrap/meson.build": "project('nestwrap')\nnested = import('fs').read('message.txt').strip()\n",
         # a wrap-git pinned by commit (prometheus-cpp's form), with a diff meson applies
         "subprojects/gitwrap.wrap": """\
 [wrap-git]
@@ -136,8 +136,12 @@ def _repo(path: Path, files: dict[str, str], links: dict[str, str] | None = None
     return upstreams.make_repo(path, files)
 
 
-def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz", *,
-             links: dict[str, dict[str, str]] | None = None) -> tuple[FixtureProject, str]:
+def _project(
+    base: Path,
+    pinned_source: str = "greetwrap-1.0.tar.gz",
+    *,
+    links: dict[str, dict[str, str]] | None = None,
+) -> tuple[FixtureProject, str]:
     """`links`: repository (mesondemo, nestwrap, gitwrap) -> the links it ships."""
     links = links or {}
     mirror = base / "mirror"
@@ -148,12 +152,18 @@ def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz", *,
     if "nestwrap" not in links.get("nestwrap", {}):
         nest_files["nestwrap/message.txt"] = "hello from the nested tree\n"
     nest_commit = _repo(mirror / "org" / "nestwrap", nest_files, links.get("nestwrap"))
-    git_commit = _repo(mirror / "org" / "gitwrap", {
-        "meson.build": "project('gitwrap')\n"
-                       "cloned = import('fs').read('message.txt').strip()\n",
-        "message.txt": "cloned, unpatched\n"}, links.get("gitwrap"))
-    commit = _repo(mirror / "org" / "mesondemo", _upstream_files(source_sha, patch_sha),
-                   links.get("mesondemo"))
+    git_commit = _repo(
+        mirror / "org" / "gitwrap",
+        {
+            "meson.build": "project('gitwrap')\n"
+            "cloned = import('fs').read('message.txt').strip()\n",
+            "message.txt": "cloned, unpatched\n",
+        },
+        links.get("gitwrap"),
+    )
+    commit = _repo(
+        mirror / "org" / "mesondemo", _upstream_files(source_sha, patch_sha), links.get("mesondemo")
+    )
     pinned_sha = source_sha if pinned_source == "greetwrap-1.0.tar.gz" else other_sha
     root = base / "project"
     (root / "lockfiles").mkdir(parents=True)
@@ -172,23 +182,31 @@ def _project(base: Path, pinned_source: str = "greetwrap-1.0.tar.gz", *,
         f'commit = "{nest_commit}"\n\n'
         '[[source]]\nname = "mesondemo.gitwrap"\nparent = "mesondemo"\n'
         f'fetchcontent = "gitwrap"\nurl = "{upstreams.MIRROR_PREFIX}org/gitwrap"\n'
-        f'commit = "{git_commit}"\n')
+        f'commit = "{git_commit}"\n'
+    )
     pins = "\n".join(f'{n} = "{importlib.metadata.version(n)}"' for n in BUILD_REQUIRES)
     (root / "lockfiles" / "toolchain.toml").write_text(
         f'cuda = "{cuda_release()}"\n'
         f'python = "{sys.version_info.major}.{sys.version_info.minor}"\n'
-        'torch = "2.13.0"\n\n[build-requires]\n' + pins + "\n")
+        'torch = "2.13.0"\n\n[build-requires]\n' + pins + "\n"
+    )
     (root / "recipes").mkdir()
     (root / "recipes" / "mesondemo.toml").write_text(
         'upstream = "mesondemo"\nbuild-requires = ["meson-python", "meson", "ninja"]\n'
         'version-label = "retag"\nlocal-version = "cpu.{patchset8}"\nmem-per-job = "512MiB"\n\n'
-        '[config-settings]\n"setup-args" = ["--wrap-mode=nodownload"]\n')
+        '[config-settings]\n"setup-args" = ["--wrap-mode=nodownload"]\n'
+    )
     (root / "wheels").mkdir()
     config = base / "config.toml"
     config.write_text("")
-    project = FixtureProject(root=root, mirror=mirror, cache=base / "cache",
-                             build_root=base / "root", config=config,
-                             commits={"mesondemo": commit})
+    project = FixtureProject(
+        root=root,
+        mirror=mirror,
+        cache=base / "cache",
+        build_root=base / "root",
+        config=config,
+        commits={"mesondemo": commit},
+    )
     return project, source_sha
 
 
@@ -196,8 +214,10 @@ def test_pinned_wrap_builds_offline_with_nodownload(tmp_path):
     project, _ = _project(tmp_path)
     result = project.run("build", "--no-check")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "meson wrap greetwrap: mesondemo.greetwrap -> " \
-           "subprojects/packagecache/greetwrap-1.0.tar.gz" in result.stdout
+    assert (
+        "meson wrap greetwrap: mesondemo.greetwrap -> "
+        "subprojects/packagecache/greetwrap-1.0.tar.gz" in result.stdout
+    )
     [entry] = project.manifest()["wheels"]
     with zipfile.ZipFile(project.root / "wheels" / entry["file"]) as wheel:
         generated = wheel.read("mesondemo/_greeting.py").decode()
@@ -263,26 +283,29 @@ def test_wrap_tree_that_is_a_link_to_an_absolute_directory_is_refused_not_copied
     result = project.run("build", "--no-check")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    assert f"mesondemo.nestwrap: nestwrap goes through the symlink nestwrap -> {outside} " \
-           "(absolute)" in result.stderr
+    assert (
+        f"mesondemo.nestwrap: nestwrap goes through the symlink nestwrap -> {outside} "
+        "(absolute)" in result.stderr
+    )
     assert "leads outside the tree" in result.stderr
     assert _holding(project.build_root, secret) == []
     assert _holding(project.root, secret) == []
     # nothing half-placed is left for meson either
-    assert not (project.build_root / "src" / "mesondemo" / "subprojects" / "packagecache"
-                ).exists()
+    assert not (project.build_root / "src" / "mesondemo" / "subprojects" / "packagecache").exists()
     assert sorted(p.name for p in outside.iterdir()) == ["message.txt", "secret"]
 
 
 def test_link_inside_a_wrap_tree_leading_out_is_refused(tmp_path):
     outside, secret = _outside(tmp_path)
-    project, _ = _project(tmp_path, links={"gitwrap": {"data": str(outside),
-                                                       "docs/up": "../../.."}})
+    project, _ = _project(
+        tmp_path, links={"gitwrap": {"data": str(outside), "docs/up": "../../.."}}
+    )
     result = project.run("build", "--no-check")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    assert f"mesondemo.gitwrap: data is a symlink to '{outside}' (absolute or empty)" \
-           in result.stderr
+    assert (
+        f"mesondemo.gitwrap: data is a symlink to '{outside}' (absolute or empty)" in result.stderr
+    )
     assert "sglforge copies no link out of a tree" in result.stderr
     assert _holding(project.build_root, secret) == []
 
@@ -299,8 +322,10 @@ def test_upstream_whose_subprojects_is_a_link_out_gets_no_packagecache_out_there
     result = project.run("build", "--no-check")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    assert f"mesondemo: subprojects goes through the symlink subprojects -> {elsewhere} " \
-           "(absolute)" in result.stderr
+    assert (
+        f"mesondemo: subprojects goes through the symlink subprojects -> {elsewhere} "
+        "(absolute)" in result.stderr
+    )
     assert not (elsewhere / "packagecache").exists()
     assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
 
@@ -311,13 +336,15 @@ def test_upstream_whose_subprojects_is_a_link_out_gets_no_packagecache_out_there
 COMMIT = "1" * 40
 
 
-def _wrap_case(tmp_path: Path, wrap: str = "[wrap-git]\nurl = https://x.invalid/d.git\n"
-               ) -> tuple[Path, Path, object]:
+def _wrap_case(
+    tmp_path: Path, wrap: str = "[wrap-git]\nurl = https://x.invalid/d.git\n"
+) -> tuple[Path, Path, object]:
     lockfile = tmp_path / "upstreams.toml"
     lockfile.write_text(
         f'[[source]]\nname = "up"\nurl = "https://x.invalid/up.git"\ncommit = "{COMMIT}"\n\n'
         '[[source]]\nname = "up.dep"\nparent = "up"\nfetchcontent = "dep"\n'
-        f'url = "https://x.invalid/dep.git"\ncommit = "{"2" * 40}"\n')
+        f'url = "https://x.invalid/dep.git"\ncommit = "{"2" * 40}"\n'
+    )
     source = tmp_path / "src"
     (source / "subprojects").mkdir(parents=True)
     (source / "meson.build").write_text("project('up')\n")
@@ -330,8 +357,7 @@ def _wrap_case(tmp_path: Path, wrap: str = "[wrap-git]\nurl = https://x.invalid/
 
 
 def _place(tmp_path: Path, source: Path, dep: Path, lock: object) -> list:
-    return place_wrap_inputs(lock, "up", source, SourceCache(tmp_path / "cache"),
-                             lambda pin: dep)
+    return place_wrap_inputs(lock, "up", source, SourceCache(tmp_path / "cache"), lambda pin: dep)
 
 
 def test_links_inside_a_wrap_tree_are_copied_as_links(tmp_path):
@@ -345,8 +371,7 @@ def test_links_inside_a_wrap_tree_are_copied_as_links(tmp_path):
     copy = source / placed.placed
     assert os.readlink(copy / "alias.c") == "src/a.c"  # a link still, not its file
     assert os.readlink(copy / "src" / "up.build") == "../meson.build"
-    assert os.readlink(copy / "srcdir") == "src" and os.readlink(copy / "odd") == \
-        "missing/../src"
+    assert os.readlink(copy / "srcdir") == "src" and os.readlink(copy / "odd") == "missing/../src"
     assert (copy / "src" / "a.c").read_text() == "int a;\n"
 
 
@@ -359,26 +384,45 @@ def test_subprojects_linked_inside_the_tree_is_used_there(tmp_path):
     assert (source / "subprojects" / "packagecache" / "dep" / "meson.build").is_file()
 
 
-@pytest.mark.parametrize(("hostile", "message"), [
-    # a link in the copied tree, absolute, or climbing out (directly, through a chain, or
-    # out of the copied tree into the rest of the pinned one)
-    ({"dep/leak": "/etc"}, "up.dep: leak is a symlink to '/etc' (absolute or empty)"),
-    ({"dep/src/up": "../../outside"}, "up.dep: src/up is a symlink to '../../outside', which "
-                                      "climbs above the tree root"),
-    ({"dep/hop": "src/next", "dep/src/next": "/etc/passwd"},
-     "up.dep: hop is a symlink to 'src/next', which goes through the symlink src/next -> "
-     "/etc/passwd (absolute)"),
-    ({"dep/loop": "loop2", "dep/loop2": "loop"}, "up.dep: loop is a symlink to 'loop2', "
-                                                "which goes through the symlink"),
-    # the upstream tree: the wrap file, the package cache, a link on the way to subprojects
-    ({"src/subprojects/dep.wrap": "/etc/passwd"},
-     "up: subprojects/dep.wrap goes through the symlink subprojects/dep.wrap -> /etc/passwd"),
-    ({"src/subprojects/packagecache": "/nonexistent-sglforge"},
-     "packagecache already exists in the exported tree"),
-    ({"src/subprojects": "../outside"},
-     "up: subprojects goes through the symlink subprojects -> ../outside, which then climbs "
-     "above the tree root"),
-])
+@pytest.mark.parametrize(
+    ("hostile", "message"),
+    [
+        # a link in the copied tree, absolute, or climbing out (directly, through a chain, or
+        # out of the copied tree into the rest of the pinned one)
+        ({"dep/leak": "/etc"}, "up.dep: leak is a symlink to '/etc' (absolute or empty)"),
+        (
+            {"dep/src/up": "../../outside"},
+            ("up.dep: src/up is a symlink to '../../outside', which climbs above the tree root"),
+        ),
+        (
+            {"dep/hop": "src/next", "dep/src/next": "/etc/passwd"},
+            (
+                "up.dep: hop is a symlink to 'src/next', which goes through the symlink src/next -> "
+                "/etc/passwd (absolute)"
+            ),
+        ),
+        (
+            {"dep/loop": "loop2", "dep/loop2": "loop"},
+            ("up.dep: loop is a symlink to 'loop2', which goes through the symlink"),
+        ),
+        # the upstream tree: the wrap file, the package cache, a link on the way to subprojects
+        (
+            {"src/subprojects/dep.wrap": "/etc/passwd"},
+            "up: subprojects/dep.wrap goes through the symlink subprojects/dep.wrap -> /etc/passwd",
+        ),
+        (
+            {"src/subprojects/packagecache": "/nonexistent-sglforge"},
+            "packagecache already exists in the exported tree",
+        ),
+        (
+            {"src/subprojects": "../outside"},
+            (
+                "up: subprojects goes through the symlink subprojects -> ../outside, which then climbs "
+                "above the tree root"
+            ),
+        ),
+    ],
+)
 def test_every_link_out_is_refused_naming_the_pin_and_the_path(tmp_path, hostile, message):
     source, dep, lock = _wrap_case(tmp_path)
     (tmp_path / "outside").mkdir()

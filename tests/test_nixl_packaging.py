@@ -30,8 +30,11 @@ def recipe_setup_arg(option: str) -> str:
     lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
     toolchain = load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
     recipe = parse_recipe(ROOT / "recipes" / "nixl-cu13.toml", lock, toolchain)
-    values = [a.split("=", 1)[1] for a in recipe.config_settings["setup-args"]
-              if a.startswith(f"-D{option}=")]
+    values = [
+        a.split("=", 1)[1]
+        for a in recipe.config_settings["setup-args"]
+        if a.startswith(f"-D{option}=")
+    ]
     assert len(values) == 1, f"recipes/nixl-cu13.toml sets -D{option} {len(values)} times"
     return values[0].format(site_packages="/SITE")  # the only placeholder the recipe uses
 
@@ -74,14 +77,17 @@ def test_the_plugin_rpath_reaches_libucp_of_the_required_wheel(tmp_path):
     compile_so(tmp_path, "ucp", soname="libucp.so.0")
     shutil.copy(tmp_path / "libucp.so", tmp_path / "libucp.so.0")
     plugin = compile_so(tmp_path, "plugin", links=(":libucp.so.0",), rpath=f"$ORIGIN/..:{entry}")
-    world = audit.LibraryWorld(site_dirs={"libucx/lib": {"libucp.so.0": "libucx-cu13"}},
-                               system=frozenset({"libc.so.6"}))
-    deps = audit.resolve_dependencies({PLUGIN: plugin}, world, torch_bound=False,
-                                      requires=patched_dependencies())
+    world = audit.LibraryWorld(
+        site_dirs={"libucx/lib": {"libucp.so.0": "libucx-cu13"}}, system=frozenset({"libc.so.6"})
+    )
+    deps = audit.resolve_dependencies(
+        {PLUGIN: plugin}, world, torch_bound=False, requires=patched_dependencies()
+    )
     ucp = next(d for d in deps if d.library == "libucp.so.0")
     assert (ucp.source, ucp.detail) == ("libucx-cu13", "libucx/lib")
-    deps = audit.resolve_dependencies({PLUGIN: plugin}, world, torch_bound=False,
-                                      requires=["torch", "numpy"])
+    deps = audit.resolve_dependencies(
+        {PLUGIN: plugin}, world, torch_bound=False, requires=["torch", "numpy"]
+    )
     ucp = next(d for d in deps if d.library == "libucp.so.0")
     assert ucp.source is None and "which the wheel does not require" in ucp.detail
 
@@ -96,8 +102,12 @@ def nixl_recipe(target: str | None = None):
 
     lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
     toolchain = load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
-    return parse_recipe(ROOT / "recipes" / "nixl-cu13.toml", lock, toolchain,
-                        load_target(ROOT, target) if target else None)
+    return parse_recipe(
+        ROOT / "recipes" / "nixl-cu13.toml",
+        lock,
+        toolchain,
+        load_target(ROOT, target) if target else None,
+    )
 
 
 def test_nixl_ep_is_built_for_the_archs_of_each_target():
@@ -112,8 +122,10 @@ def test_nixl_ep_is_built_for_the_archs_of_each_target():
     assert form(nixl_recipe().cuda_archs) == "120"
     assert form(nixl_recipe("h200-verify").cuda_archs) == "90"
     series = (ROOT / "patches" / "nixl" / "series").read_text().split()
-    assert {"0005-nixl-ep-wheel-relative-rpath.patch",
-            "0006-nixl-ep-without-rdma-core-headers.patch"} <= set(series)
+    assert {
+        "0005-nixl-ep-wheel-relative-rpath.patch",
+        "0006-nixl-ep-without-rdma-core-headers.patch",
+    } <= set(series)
 
 
 @needs_cc
@@ -130,22 +142,28 @@ def test_the_nixl_ep_rpath_reaches_torch_cudart_and_ucx_of_required_wheels(tmp_p
     shutil.copy(tmp_path / "libcudart.so", tmp_path / "libcudart.so.13")
     compile_so(tmp_path, "ucp", soname="libucp.so.0")
     shutil.copy(tmp_path / "libucp.so", tmp_path / "libucp.so.0")
-    module = compile_so(tmp_path, "ep", links=("torch", ":libcudart.so.13", ":libucp.so.0"),
-                        rpath=entry)
+    module = compile_so(
+        tmp_path, "ep", links=("torch", ":libcudart.so.13", ":libucp.so.0"), rpath=entry
+    )
     world = audit.LibraryWorld(
-        site_dirs={"torch/lib": {"libtorch.so": "torch"},
-                   "nvidia/cu13/lib": {"libcudart.so.13": "nvidia-cuda-runtime"},
-                   "libucx/lib": {"libucp.so.0": "libucx-cu13"}},
+        site_dirs={
+            "torch/lib": {"libtorch.so": "torch"},
+            "nvidia/cu13/lib": {"libcudart.so.13": "nvidia-cuda-runtime"},
+            "libucx/lib": {"libucp.so.0": "libucx-cu13"},
+        },
         system=frozenset({"libc.so.6"}),
-        requires={"torch": ("nvidia-cuda-runtime==13.0.96",)})
+        requires={"torch": ("nvidia-cuda-runtime==13.0.96",)},
+    )
     requires = [r for r in patched_dependencies() if r != "torch"] + ["torch==2.11.0"]
-    deps = audit.resolve_dependencies({EP_MODULE: module}, world, torch_bound=True,
-                                      requires=requires)
+    deps = audit.resolve_dependencies(
+        {EP_MODULE: module}, world, torch_bound=True, requires=requires
+    )
     found = {d.library: (d.source, d.detail) for d in deps}
     assert found["libtorch.so"] == ("torch", "torch/lib")
     assert found["libcudart.so.13"] == ("nvidia-cuda-runtime", "nvidia/cu13/lib")
     assert found["libucp.so.0"] == ("libucx-cu13", "libucx/lib")
-    unpinned = audit.resolve_dependencies({EP_MODULE: module}, world, torch_bound=False,
-                                          requires=patched_dependencies())
+    unpinned = audit.resolve_dependencies(
+        {EP_MODULE: module}, world, torch_bound=False, requires=patched_dependencies()
+    )
     torch_lib = next(d for d in unpinned if d.library == "libtorch.so")
     assert torch_lib.source is None and "requires-torch-abi" in torch_lib.detail

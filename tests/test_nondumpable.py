@@ -30,15 +30,18 @@ print(json.dumps({"rc": child.returncode, "leak": b"tok-Hq7Kx" in child.stdout,
 
 # Not root (as root the child's CAP_SYS_PTRACE would read anything): a user namespace whose
 # uid 1000 is this uid, without capabilities outside it; the interpreter stays reachable.
-OUTER = [] if os.geteuid() != 0 else ["unshare", "--user", "--map-user=1000",
-                                      "--map-group=1000"]
+OUTER = [] if os.geteuid() != 0 else ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
 
 
 def _parent(mode: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=SRC,
-               SGLFORGE_WHEEL_CACHE_REMOTE="http://u:tok-Hq7Kx@h/")
-    result = subprocess.run([*OUTER, sys.executable, "-c", PARENT, mode],
-                            capture_output=True, text=True, env=env, check=False)
+    env = dict(os.environ, PYTHONPATH=SRC, SGLFORGE_WHEEL_CACHE_REMOTE="http://u:tok-Hq7Kx@h/")
+    result = subprocess.run(
+        [*OUTER, sys.executable, "-c", PARENT, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

@@ -24,12 +24,17 @@ from tests.test_nox_order import nox_project
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT = f"{sys.version_info.major}.{sys.version_info.minor}"
 pytestmark = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import nox"], capture_output=True,
-                   check=False).returncode != 0, reason="needs nox (pip install nox)")
+    subprocess.run(
+        [sys.executable, "-c", "import nox"], capture_output=True, check=False
+    ).returncode
+    != 0,
+    reason="needs nox (pip install nox)",
+)
 
 
-def _project(tmp_path: Path, python: str = CURRENT,
-             names: tuple[str, ...] = ("purepy",)) -> tuple[Path, FixtureProject]:
+def _project(
+    tmp_path: Path, python: str = CURRENT, names: tuple[str, ...] = ("purepy",)
+) -> tuple[Path, FixtureProject]:
     project = nox_project(tmp_path, python) if names == ("purepy",) else None
     if project is None:  # nox_project builds purepy only; same layout for other fixtures
         import shutil
@@ -40,9 +45,14 @@ def _project(tmp_path: Path, python: str = CURRENT,
         (root / "src").symlink_to(ROOT / "src")
         _matching_toolchain_lock(root)
         return root, fixture
-    fixture = FixtureProject(root=project, mirror=tmp_path / "mirror", cache=tmp_path / "cache",
-                             build_root=tmp_path / "root", config=tmp_path / "config.toml",
-                             commits={})
+    fixture = FixtureProject(
+        root=project,
+        mirror=tmp_path / "mirror",
+        cache=tmp_path / "cache",
+        build_root=tmp_path / "root",
+        config=tmp_path / "config.toml",
+        commits={},
+    )
     _matching_toolchain_lock(project)
     return project, fixture
 
@@ -54,38 +64,60 @@ def _matching_toolchain_lock(root: Path) -> None:
 
     from tests.fixtures.project import BUILD_REQUIRES
 
-    lines = ["# [build]"] + [f"{n}=={importlib.metadata.version(n)} --hash=sha256:{'0' * 64}"
-                             for n in BUILD_REQUIRES]
+    lines = ["# [build]"] + [
+        f"{n}=={importlib.metadata.version(n)} --hash=sha256:{'0' * 64}" for n in BUILD_REQUIRES
+    ]
     lines += ["# [torch-deps]", "# [torch]", f"torch==2.13.0 --hash=sha256:{'0' * 64}"]
     (root / "lockfiles" / "toolchain.lock").write_text("\n".join(lines) + "\n")
 
 
 def _env(fixture: FixtureProject, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SGLFORGE_TOOLCHAIN_PYTHON", "SGLFORGE_CONFIG", "SGLFORGE_PROJECT")
-           and not k.startswith("PIP_")}
-    env.update(SGLFORGE_CONFIG=str(fixture.config), PIP_NO_INDEX="1",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", SGLFORGE_TOOLCHAIN_PYTHON=sys.executable)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SGLFORGE_TOOLCHAIN_PYTHON", "SGLFORGE_CONFIG", "SGLFORGE_PROJECT")
+        and not k.startswith("PIP_")
+    }
+    env.update(
+        SGLFORGE_CONFIG=str(fixture.config),
+        PIP_NO_INDEX="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        SGLFORGE_TOOLCHAIN_PYTHON=sys.executable,
+    )
     env.update(extra)
     return env
 
 
-def _nox(root: Path, session: str, *args: str, env: dict[str, str],
-         timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"),
-                           "-s", session, "--", *args], cwd=root, capture_output=True,
-                          text=True, env=env, check=False, timeout=timeout)
+def _nox(
+    root: Path, session: str, *args: str, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", session, "--", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def _mirror_args(fixture: FixtureProject) -> list[str]:
-    return ["--mirror", f"{upstreams.MIRROR_PREFIX}={fixture.mirror}/",
-            "--cache-dir", str(fixture.cache), "--build-root", str(fixture.build_root)]
+    return [
+        "--mirror",
+        f"{upstreams.MIRROR_PREFIX}={fixture.mirror}/",
+        "--cache-dir",
+        str(fixture.cache),
+        "--build-root",
+        str(fixture.build_root),
+    ]
 
 
 def _config_with_mirror(fixture: FixtureProject) -> None:
     fixture.config.write_text(
         f'cache-dir = "{fixture.cache}"\nbuild-root = "{fixture.build_root}"\n'
-        f'[mirrors]\n"{upstreams.MIRROR_PREFIX}" = "{fixture.mirror}/"\n')
+        f'[mirrors]\n"{upstreams.MIRROR_PREFIX}" = "{fixture.mirror}/"\n'
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,10 +159,18 @@ def test_defaults_file_is_no_recipe_for_did_you_mean_or_lock_runtime(tmp_path):
     # lock-runtime: the names sglforge builds exclude nothing called "-defaults"
     build_wheelset(fixture.root)
     (fixture.root / "lockfiles" / "runtime.in").write_text("# hand\n")
-    env = {**{k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"},
-           "SGLFORGE_UV": str(_fake_uv(tmp_path)), "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.run([sys.executable, "-m", "sglforge", "--project", str(fixture.root),
-                          "lock-runtime"], capture_output=True, text=True, env=env, check=False)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"},
+        "SGLFORGE_UV": str(_fake_uv(tmp_path)),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(fixture.root), "lock-runtime"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     # the lock's header records the resolver call
     argv = (fixture.root / "lockfiles" / "runtime.lock").read_text().split()
@@ -188,7 +228,7 @@ class _Trickle(http.server.BaseHTTPRequestHandler):
 
     started = threading.Event()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(1 << 30))
         self.end_headers()
@@ -227,11 +267,17 @@ def test_sigterm_to_nox_stops_sglforge_and_releases_the_cache_lock(tmp_path):
     fixture.config.write_text(
         f'cache-dir = "{fixture.cache}"\nbuild-root = "{fixture.build_root}"\n[mirrors]\n'
         f'"{upstreams.MIRROR_PREFIX}" = "{fixture.mirror}/"\n'
-        f'"{upstreams.MIRROR_PREFIX}dl/" = "http://127.0.0.1:{port}/dl/"\n')
-    nox = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"),
-                            "-s", "fetch"], cwd=root, env=_env(fixture),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+        f'"{upstreams.MIRROR_PREFIX}dl/" = "http://127.0.0.1:{port}/dl/"\n'
+    )
+    nox = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", "fetch"],
+        cwd=root,
+        env=_env(fixture),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert _Trickle.started.wait(120), "the download never started"
         time.sleep(0.5)
@@ -313,8 +359,14 @@ def test_check_session_does_not_reinstall_packaging_on_a_second_run(tmp_path):
 
 def _sglforge(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    return subprocess.run([sys.executable, "-m", "sglforge", *args], capture_output=True,
-                          text=True, env=env, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def test_version_help_and_did_you_mean_for_a_verb():
@@ -336,8 +388,9 @@ def test_every_option_of_every_verb_has_help_text():
     for action in parser._actions:
         if hasattr(action, "choices") and isinstance(action.choices, dict):
             for verb, sub in action.choices.items():
-                missing += [f"{verb} {a.option_strings or a.dest}" for a in sub._actions
-                            if not a.help]
+                missing += [
+                    f"{verb} {a.option_strings or a.dest}" for a in sub._actions if not a.help
+                ]
     assert not missing, missing
 
 
@@ -346,13 +399,21 @@ def test_every_option_of_every_verb_has_help_text():
 
 
 def test_interrupt_tests_pass_with_sigint_ignored_in_the_runner():
-    tests = ["tests/test_build_interrupt.py::test_sigint_stops_a_slow_build_and_releases_the_lock",
-             "tests/smoke/test_smoke_run.py::test_ctrl_c_tears_everything_down[ctrl-c]"]
+    tests = [
+        "tests/test_build_interrupt.py::test_sigint_stops_a_slow_build_and_releases_the_lock",
+        "tests/smoke/test_smoke_run.py::test_ctrl_c_tears_everything_down[ctrl-c]",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=ROOT,
-        env=env, capture_output=True, text=True, check=False, timeout=300,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
 
@@ -363,12 +424,20 @@ def test_interrupt_tests_pass_with_sigint_ignored_in_the_runner():
 
 def test_a_mirror_rule_matching_no_pin_is_a_warning(tmp_path):
     root, fixture = _project(tmp_path)
-    result = _nox(root, "fetch", "--mirror", "example.invalid=/srv/mirrors",
-                  *_mirror_args(fixture), env=_env(fixture))
+    result = _nox(
+        root,
+        "fetch",
+        "--mirror",
+        "example.invalid=/srv/mirrors",
+        *_mirror_args(fixture),
+        env=_env(fixture),
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    assert ("mirror rule 'example.invalid' = '/srv/mirrors' (cli: --mirror) matches no pinned "
-            "URL and is ignored") in out, out
+    assert (
+        "mirror rule 'example.invalid' = '/srv/mirrors' (cli: --mirror) matches no pinned "
+        "URL and is ignored"
+    ) in out, out
     assert "https://example.invalid/" in out.split("matches no pinned URL")[1]
     assert f"mirror rule '{upstreams.MIRROR_PREFIX}'" not in out  # the rule that matches
 
@@ -396,9 +465,12 @@ def test_build_refuses_a_missing_system_library_before_installing(tmp_path):
     root, fixture = _project(tmp_path)
     _config_with_mirror(fixture)
     recipe = root / "recipes" / "purepy.toml"
-    recipe.write_text(recipe.read_text().replace(
-        'mem-per-job = "512MiB"', 'mem-per-job = "512MiB"\n'
-        'host-requires = ["sglforge-no-such-lib >= 1.22"]'))
+    recipe.write_text(
+        recipe.read_text().replace(
+            'mem-per-job = "512MiB"',
+            'mem-per-job = "512MiB"\nhost-requires = ["sglforge-no-such-lib >= 1.22"]',
+        )
+    )
     result = _nox(root, "build", env=_env(fixture))
     out = result.stdout + result.stderr
     assert result.returncode == 2, out
@@ -416,8 +488,9 @@ def test_a_fetch_waiting_for_the_source_cache_lock_says_who_holds_it(tmp_path):
         held.flush()
         proc = fixture.start("fetch")
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True
+        )
         reader.start()
         deadline = time.monotonic() + 30
         while not any("waiting for" in x for x in lines) and time.monotonic() < deadline:

@@ -15,8 +15,12 @@ from tests.fixtures.project import make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import nox"], capture_output=True,
-                   check=False).returncode != 0, reason="needs nox (pip install nox)")
+    subprocess.run(
+        [sys.executable, "-c", "import nox"], capture_output=True, check=False
+    ).returncode
+    != 0,
+    reason="needs nox (pip install nox)",
+)
 
 
 def nox_project(tmp_path: Path, python: str) -> Path:
@@ -26,19 +30,30 @@ def nox_project(tmp_path: Path, python: str) -> Path:
     (project / "src").symlink_to(ROOT / "src")
     shutil.copy(ROOT / "lockfiles" / "toolchain.lock", project / "lockfiles" / "toolchain.lock")
     toml = project / "lockfiles" / "toolchain.toml"
-    lines = [f'python = "{python}"' if line.startswith("python =") else line
-             for line in toml.read_text().splitlines()]
+    lines = [
+        f'python = "{python}"' if line.startswith("python =") else line
+        for line in toml.read_text().splitlines()
+    ]
     toml.write_text("\n".join(lines) + "\n")
     return project
 
 
 def run_nox(project: Path, session: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("SGLFORGE_TOOLCHAIN_PYTHON", "SGLFORGE_CONFIG", "SGLFORGE_PROJECT")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SGLFORGE_TOOLCHAIN_PYTHON", "SGLFORGE_CONFIG", "SGLFORGE_PROJECT")
+    }
     base.update(env)
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"),
-                           "-s", session], cwd=project, capture_output=True, text=True,
-                          env=base, check=False, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", session],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=base,
+        check=False,
+        timeout=300,
+    )
 
 
 def test_missing_toolchain_python_is_an_error_that_says_how_to_get_it(tmp_path):

@@ -18,8 +18,11 @@ def _is_session(decorator: ast.expr) -> bool:
 
 def sessions() -> dict[str, ast.FunctionDef]:
     tree = ast.parse(NOXFILE.read_text(encoding="utf-8"))
-    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(_is_session(d) for d in node.decorator_list)}
+    return {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any(_is_session(d) for d in node.decorator_list)
+    }
 
 
 def test_every_session_has_a_short_complete_description() -> None:
@@ -48,8 +51,10 @@ def test_dev_session_installs_sglforge_editable_and_is_not_a_default() -> None:
     assert "activate" in source
     [decorator] = node.decorator_list
     assert isinstance(decorator, ast.Call)
-    assert any(k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is False
-               for k in decorator.keywords)
+    assert any(
+        k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is False
+        for k in decorator.keywords
+    )
 
 
 def _default(node: ast.FunctionDef) -> bool:

@@ -10,9 +10,14 @@ from sglforge.builder.pipeline import run_logged
 
 def test_progress_lines_and_log_file(tmp_path, capsys):
     log = tmp_path / "logs" / "demo.log"
-    rc = run_logged(["sh", "-c", "echo compiling-a.cu; sleep 1.2; echo linking; exit 3"],
-                    env={"PATH": os.environ["PATH"]}, cwd=tmp_path, log=log, label="demo",
-                    interval=0.5)
+    rc = run_logged(
+        ["sh", "-c", "echo compiling-a.cu; sleep 1.2; echo linking; exit 3"],
+        env={"PATH": os.environ["PATH"]},
+        cwd=tmp_path,
+        log=log,
+        label="demo",
+        interval=0.5,
+    )
     assert rc == 3
     out = capsys.readouterr().out
     assert "  [demo] 0m00s compiling-a.cu" in out or "  [demo] 0m01s compiling-a.cu" in out

@@ -9,9 +9,9 @@ import zipfile
 import pytest
 
 from sglforge.base.errors import SglforgeError
-from sglforge.wheel.wheelset import load_wheelset
 from sglforge.wheel import provenance
 from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
+from sglforge.wheel.wheelset import load_wheelset
 from tests.fixtures.project import make_project
 from tests.helpers import provenance_stub
 
@@ -37,12 +37,19 @@ def test_a_real_build_loads_with_the_smokes_wheelset_loader(tmp_path):
 
 
 def _full() -> dict:  # every key a build writes, with values of each type
-    return provenance_stub(version="1.0", cuda_archs=("sm_120a",), requires_torch="2.13.0",
-                           toolchain={"cuda": "13.0", "cmake": None}, format=1,
-                           sources=({"name": "x.y", "commit": "1" * 40, "sha256": None},),
-                           patches=({"name": "0001-a.patch", "sha256": "2" * 64},),
-                           build_requires={"torch": "2.13.0"}, source_date_epoch=7,
-                           removed=("a/x.o",), dev=True).to_json()
+    return provenance_stub(
+        version="1.0",
+        cuda_archs=("sm_120a",),
+        requires_torch="2.13.0",
+        toolchain={"cuda": "13.0", "cmake": None},
+        format=1,
+        sources=({"name": "x.y", "commit": "1" * 40, "sha256": None},),
+        patches=({"name": "0001-a.patch", "sha256": "2" * 64},),
+        build_requires={"torch": "2.13.0"},
+        source_date_epoch=7,
+        removed=("a/x.o",),
+        dev=True,
+    ).to_json()
 
 
 def test_json_round_trip_keeps_every_key_and_unknown_ones():
@@ -53,16 +60,19 @@ def test_json_round_trip_keeps_every_key_and_unknown_ones():
     assert json.loads(loaded.dumps()) == data
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("commit", 12, "provenance key 'commit' must be a string"),
-    ("cuda_archs", "sm_120a", "'cuda_archs' must be a list of strings"),
-    ("requires_torch", 2.13, "'requires_torch' must be a string or null"),
-    ("toolchain", ["13.0"], "'toolchain' must be an object of strings"),
-    ("source_date_epoch", "yesterday", "'source_date_epoch' must be an integer"),
-    ("patches", ["0001-a.patch"], "'patches' must be a list of objects"),
-    ("removed", [1], "'removed' must be a list of strings"),
-    ("dev", "yes", "'dev' must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("commit", 12, "provenance key 'commit' must be a string"),
+        ("cuda_archs", "sm_120a", "'cuda_archs' must be a list of strings"),
+        ("requires_torch", 2.13, "'requires_torch' must be a string or null"),
+        ("toolchain", ["13.0"], "'toolchain' must be an object of strings"),
+        ("source_date_epoch", "yesterday", "'source_date_epoch' must be an integer"),
+        ("patches", ["0001-a.patch"], "'patches' must be a list of objects"),
+        ("removed", [1], "'removed' must be a list of strings"),
+        ("dev", "yes", "'dev' must be true or false"),
+    ],
+)
 def test_bad_values_name_the_wheel_and_the_key(key, value, message):
     with pytest.raises(SglforgeError, match="^w.whl: .*" + message):
         Provenance.from_json({**_full(), key: value}, "w.whl")
@@ -85,14 +95,18 @@ def _wheel_with(tmp_path, member: str, text: bytes):
 
 
 def test_reading_a_wheel_fails_cleanly(tmp_path):
-    good = _wheel_with(tmp_path, Provenance.member("demo-1.0.dist-info"),
-                       provenance_stub(version="1.0").dumps())
+    good = _wheel_with(
+        tmp_path, Provenance.member("demo-1.0.dist-info"), provenance_stub(version="1.0").dumps()
+    )
     assert provenance.read(good).version == "1.0"
     bad_json = _wheel_with(tmp_path, f"demo-1.0.dist-info/{PROVENANCE_FILE}", b"{")
     with pytest.raises(SglforgeError, match=f"{bad_json}: {PROVENANCE_FILE} is not valid JSON"):
         provenance.read(bad_json)
-    bad_key = _wheel_with(tmp_path, f"demo-1.0.dist-info/{PROVENANCE_FILE}",
-                          json.dumps({**_full(), "version": None}).encode())
+    bad_key = _wheel_with(
+        tmp_path,
+        f"demo-1.0.dist-info/{PROVENANCE_FILE}",
+        json.dumps({**_full(), "version": None}).encode(),
+    )
     with pytest.raises(SglforgeError, match=f"{bad_key}: provenance key 'version'"):
         provenance.read(bad_key)
     none = _wheel_with(tmp_path, "demo/__init__.py", b"")
@@ -119,9 +133,11 @@ def test_dev_wheels_are_refused_by_the_smokes_wheelset_loader(tmp_path):
 
 def test_dev_option_errors_are_one_line(tmp_path):
     project = make_project(tmp_path, ("purepy", "slowpy"))
-    for args, message in ((["--dev"], "build --dev takes exactly one recipe"),
-                          (["--dev", "purepy", "slowpy"], "build --dev takes exactly one recipe"),
-                          (["--publish-dev", "purepy"], "--publish-dev is for dev builds")):
+    for args, message in (
+        (["--dev"], "build --dev takes exactly one recipe"),
+        (["--dev", "purepy", "slowpy"], "build --dev takes exactly one recipe"),
+        (["--publish-dev", "purepy"], "--publish-dev is for dev builds"),
+    ):
         result = project.run("build", *args)
         assert result.returncode != 0 and message in result.stderr, result.stderr
         assert "Traceback" not in result.stderr

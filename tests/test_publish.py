@@ -35,35 +35,64 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _stack(base: Path, *, sglang: str = SGLANG, tinydep_requires: tuple[str, ...] = (),
-           tinydep_python: str = ">=3.8, <4") -> Path:
+def _stack(
+    base: Path,
+    *,
+    sglang: str = SGLANG,
+    tinydep_requires: tuple[str, ...] = (),
+    tinydep_python: str = ">=3.8, <4",
+) -> Path:
     """A project whose wheels/, manifest.json and lockfiles/wheels.lock are written by
     `outputs.publish`, the code `sglforge build` ends with; tinydep is a runtime.lock pin."""
     root = base / "project"
     (root / "lockfiles").mkdir(parents=True)
     (root / "lockfiles" / "upstreams.toml").write_text("")
     built = []
-    for name, version, archs, requires in (("sglang", sglang, [], ["tinydep==1.0"]),
-                                           ("sglang-kernel", KERNEL, ["sm_120a"], [])):
+    for name, version, archs, requires in (
+        ("sglang", sglang, [], ["tinydep==1.0"]),
+        ("sglang-kernel", KERNEL, ["sm_120a"], []),
+    ):
         stamp = provenance(name, version, archs)
-        path = make_wheel(base / "staging", name, version, stamp, requires=requires,
-                          requires_python=">=3.10")
-        built.append(BuiltWheel(recipe=name, path=path, sha256=_sha256(path), name=name,
-                                version=version, provenance=stamp, key="0" * 64, cached=False,
-                                seconds=0.0))
-    tiny = make_wheel(root / "wheelhouse", "tinydep", "1.0", None,
-                      requires=list(tinydep_requires), requires_python=tinydep_python)
+        path = make_wheel(
+            base / "staging", name, version, stamp, requires=requires, requires_python=">=3.10"
+        )
+        built.append(
+            BuiltWheel(
+                recipe=name,
+                path=path,
+                sha256=_sha256(path),
+                name=name,
+                version=version,
+                provenance=stamp,
+                key="0" * 64,
+                cached=False,
+                seconds=0.0,
+            )
+        )
+    tiny = make_wheel(
+        root / "wheelhouse",
+        "tinydep",
+        "1.0",
+        None,
+        requires=list(tinydep_requires),
+        requires_python=tinydep_python,
+    )
     (root / "lockfiles" / "runtime.lock").write_text(
-        f"tinydep==1.0 --hash=sha256:{_sha256(tiny)}\n")
+        f"tinydep==1.0 --hash=sha256:{_sha256(tiny)}\n"
+    )
     outputs.publish(Project(root), built, load_toolchain(REPO / "lockfiles" / "toolchain.toml"))
     return root
 
 
 def _publish(root: Path, dest: Path | str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
-    return subprocess.run([sys.executable, "-m", "sglforge", "--project", str(root), "publish",
-                           str(dest), *args], capture_output=True, text=True, env=env,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(root), "publish", str(dest), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
 
 
 def _published(root: Path, dest: Path) -> None:
@@ -72,8 +101,11 @@ def _published(root: Path, dest: Path) -> None:
 
 
 def _snapshot(dest: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(dest)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(dest.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(dest)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(dest.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +113,20 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     """`python -m http.server` on 127.0.0.1 serving a directory; yields (dir, base URL)."""
     directory = tmp_path_factory.mktemp("served")
     (port,) = free_ports(1)
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
-                               "--directory", str(directory), str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(directory),
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -102,15 +145,34 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 def _pip_env() -> dict[str, str]:
     """No pip.conf, find-links or extra index from this machine: the served index only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               PYTHONNOUSERSITE="1", PIP_NO_CACHE_DIR="1")
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PYTHONNOUSERSITE="1",
+        PIP_NO_CACHE_DIR="1",
+    )
     return env
 
 
 def _pip_install(python: list[str], index_url: str, lock: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*python, "install", "--require-hashes", "--only-binary", ":all:",
-                           "--index-url", index_url, "-r", str(lock)], capture_output=True,
-                          text=True, env=_pip_env(), timeout=120, check=False)
+    return subprocess.run(
+        [
+            *python,
+            "install",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            "--index-url",
+            index_url,
+            "-r",
+            str(lock),
+        ],
+        capture_output=True,
+        text=True,
+        env=_pip_env(),
+        timeout=120,
+        check=False,
+    )
 
 
 def _bare_venv(path: Path) -> list[str]:
@@ -120,12 +182,15 @@ def _bare_venv(path: Path) -> list[str]:
 
 
 def _installed(python: Path, *names: str) -> list[str]:
-    code = ("import importlib.metadata as m, sys\n"
-            "for n in sys.argv[1:]:\n"
-            "    try: print(m.version(n))\n"
-            "    except m.PackageNotFoundError: print('-')")
-    return subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True,
-                          check=True).stdout.split()
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: print(m.version(n))\n"
+        "    except m.PackageNotFoundError: print('-')"
+    )
+    return subprocess.run(
+        [str(python), "-c", code, *names], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def test_pip_installs_the_lock_from_the_served_index_into_a_fresh_venv(tmp_path, served):
@@ -136,25 +201,33 @@ def test_pip_installs_the_lock_from_the_served_index_into_a_fresh_venv(tmp_path,
     assert result.returncode == 0, result.stderr
     assert "3 projects; 3 files added, 0 already there, 8 pages written" in result.stdout
     assert sorted(p.name for p in (dest / "files").iterdir()) == [
-        f"sglang-{SGLANG}-py3-none-any.whl", f"sglang_kernel-{KERNEL}-py3-none-any.whl",
-        "tinydep-1.0-py3-none-any.whl"]
+        f"sglang-{SGLANG}-py3-none-any.whl",
+        f"sglang_kernel-{KERNEL}-py3-none-any.whl",
+        "tinydep-1.0-py3-none-any.whl",
+    ]
     root_page = (dest / "simple" / "index.html").read_text()
-    assert ['<a href="sglang/">sglang</a>', '<a href="sglang-kernel/">sglang-kernel</a>',
-            '<a href="tinydep/">tinydep</a>'] == [line.strip().removesuffix("<br>")
-                                                  for line in root_page.splitlines()
-                                                  if "<a " in line]
+    assert [
+        '<a href="sglang/">sglang</a>',
+        '<a href="sglang-kernel/">sglang-kernel</a>',
+        '<a href="tinydep/">tinydep</a>',
+    ] == [line.strip().removesuffix("<br>") for line in root_page.splitlines() if "<a " in line]
     kernel = dest / "files" / f"sglang_kernel-{KERNEL}-py3-none-any.whl"
     page = (dest / "simple" / "sglang-kernel" / "index.html").read_text()
-    assert (f'<a href="../../files/sglang_kernel-0.4.7%2Bsm120.cu130.abcd1234-py3-none-any.whl'
-            f'#sha256={_sha256(kernel)}" data-requires-python="&gt;=3.10">') in page
-    assert 'data-requires-python="&gt;=3.8, &lt;4"' in (
-        dest / "simple" / "tinydep" / "index.html").read_text()
+    assert (
+        f'<a href="../../files/sglang_kernel-0.4.7%2Bsm120.cu130.abcd1234-py3-none-any.whl'
+        f'#sha256={_sha256(kernel)}" data-requires-python="&gt;=3.10">'
+    ) in page
+    assert (
+        'data-requires-python="&gt;=3.8, &lt;4"'
+        in (dest / "simple" / "tinydep" / "index.html").read_text()
+    )
 
     venv = tmp_path / "host-venv"  # a serving host: a fresh venv with its own pip
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    run = _pip_install([str(python), "-m", "pip"], f"{url}/good/simple",
-                       root / "lockfiles" / "wheels.lock")
+    run = _pip_install(
+        [str(python), "-m", "pip"], f"{url}/good/simple", root / "lockfiles" / "wheels.lock"
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"127.0.0.1:{url.rsplit(':', 1)[1]}/good/files/tinydep-1.0" in run.stdout
     assert _installed(python, "sglang", "sglang-kernel", "tinydep") == [SGLANG, KERNEL, "1.0"]
@@ -167,8 +240,9 @@ def test_pip_refuses_a_tampered_file_and_a_lock_with_a_wrong_hash(tmp_path, serv
     wheel = directory / "tampered" / "files" / "tinydep-1.0-py3-none-any.whl"
     wheel.write_bytes(wheel.read_bytes() + b"\0")  # bytes changed after publishing
     venv = tmp_path / "venv-a"
-    run = _pip_install(_bare_venv(venv), f"{url}/tampered/simple",
-                       root / "lockfiles" / "wheels.lock")
+    run = _pip_install(
+        _bare_venv(venv), f"{url}/tampered/simple", root / "lockfiles" / "wheels.lock"
+    )
     assert run.returncode != 0
     assert HASH_MISMATCH in run.stderr and "tinydep==1.0" in run.stderr
     assert _installed(venv / "bin" / "python", "sglang", "tinydep") == ["-", "-"]
@@ -190,13 +264,18 @@ def test_pip_reads_data_requires_python_from_the_pages(tmp_path, served):
     root = _stack(tmp_path, tinydep_python="<3")
     directory, url = served
     _published(root, directory / "py2only")
-    assert 'data-requires-python="&lt;3"' in (
-        directory / "py2only" / "simple" / "tinydep" / "index.html").read_text()
-    run = _pip_install(_bare_venv(tmp_path / "venv"), f"{url}/py2only/simple",
-                       root / "lockfiles" / "wheels.lock")
+    assert (
+        'data-requires-python="&lt;3"'
+        in (directory / "py2only" / "simple" / "tinydep" / "index.html").read_text()
+    )
+    run = _pip_install(
+        _bare_venv(tmp_path / "venv"), f"{url}/py2only/simple", root / "lockfiles" / "wheels.lock"
+    )
     assert run.returncode != 0
-    assert "Ignored the following versions that require a different python version: " \
-           "1.0 Requires-Python <3" in run.stderr
+    assert (
+        "Ignored the following versions that require a different python version: "
+        "1.0 Requires-Python <3" in run.stderr
+    )
 
 
 def test_republishing_the_same_bytes_changes_nothing_and_output_is_deterministic(tmp_path):
@@ -262,8 +341,11 @@ def test_files_first_then_project_pages_then_the_root_page_last(tmp_path):
     index.write_index(target, _files(root))
     writes = target.writes
     assert [w.split("/")[0] for w in writes[:3]] == ["files"] * 3
-    assert writes[3:9] == [f"simple/{p}/index.{ext}" for p in
-                           ("sglang", "sglang-kernel", "tinydep") for ext in ("json", "html")]
+    assert writes[3:9] == [
+        f"simple/{p}/index.{ext}"
+        for p in ("sglang", "sglang-kernel", "tinydep")
+        for ext in ("json", "html")
+    ]
     assert writes[9:] == ["simple/index.json", "simple/index.html"]
 
     # A failure midway (a new project's page) leaves the old root page as it was, valid,
@@ -273,8 +355,7 @@ def test_files_first_then_project_pages_then_the_root_page_last(tmp_path):
     failing = _Recording(tmp_path / "index", fail_on="simple/newproj/index.html")
     with pytest.raises(OSError, match="injected failure"):
         index.write_index(failing, [index.describe_wheel(extra, _sha256(extra))])
-    assert failing.writes == ["files/newproj-2.0-py3-none-any.whl",
-                              "simple/newproj/index.json"]
+    assert failing.writes == ["files/newproj-2.0-py3-none-any.whl", "simple/newproj/index.json"]
     assert (tmp_path / "index" / "simple" / "index.html").read_bytes() == old_root
     assert b"newproj" not in old_root
     assert not list((tmp_path / "index").rglob("*.tmp"))  # no temporary file left behind
@@ -283,11 +364,21 @@ def test_files_first_then_project_pages_then_the_root_page_last(tmp_path):
             assert _sha256(tmp_path / "index" / "files" / entry.filename) == entry.sha256
 
 
-@pytest.mark.parametrize("name", [
-    "../evil-1.0-py3-none-any.whl", "a/b-1.0-py3-none-any.whl", "..-1.0-py3-none-any.whl",
-    'x"><script>-1.0-py3-none-any.whl', "tinydep-1.0-py3-none-any<b>.whl",
-    "tinydep-1.0-py3-none-any.whl\n", ".hidden-1.0-py3-none-any.whl", "tinydep-1.0.tar.gz",
-    "not a wheel.whl", "tinydep-1..0-py3-none-any.whl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../evil-1.0-py3-none-any.whl",
+        "a/b-1.0-py3-none-any.whl",
+        "..-1.0-py3-none-any.whl",
+        'x"><script>-1.0-py3-none-any.whl',
+        "tinydep-1.0-py3-none-any<b>.whl",
+        "tinydep-1.0-py3-none-any.whl\n",
+        ".hidden-1.0-py3-none-any.whl",
+        "tinydep-1.0.tar.gz",
+        "not a wheel.whl",
+        "tinydep-1..0-py3-none-any.whl",
+    ],
+)
 def test_hostile_file_names_are_refused(name):
     with pytest.raises(SglforgeError) as err:
         index.check_filename(name)
@@ -300,8 +391,9 @@ def test_hostile_metadata_is_refused_or_escaped(tmp_path):
     liar.rename(renamed)
     with pytest.raises(SglforgeError, match="other-1.0-py3-none-any.whl: METADATA says 'tinydep'"):
         index.describe_wheel(renamed, _sha256(renamed))
-    odd = make_wheel(tmp_path / "odd", "odd", "1.0", None,
-                     requires_python='>=3.10"><script>alert(1)</script>')
+    odd = make_wheel(
+        tmp_path / "odd", "odd", "1.0", None, requires_python='>=3.10"><script>alert(1)</script>'
+    )
     entry = index.describe_wheel(odd, _sha256(odd))
     page = index.render_project_html("odd", [entry]).decode()
     assert "<script>" not in page
@@ -316,8 +408,11 @@ def test_a_tampered_index_record_is_refused(tmp_path):
     dest = tmp_path / "index"
     _published(root, dest)
     record = dest / "simple" / "tinydep" / "index.json"
-    record.write_text(record.read_text().replace('"tinydep-1.0-py3-none-any.whl"',
-                                                 '"../tinydep-1.0-py3-none-any.whl"'))
+    record.write_text(
+        record.read_text().replace(
+            '"tinydep-1.0-py3-none-any.whl"', '"../tinydep-1.0-py3-none-any.whl"'
+        )
+    )
     result = _publish(root, dest, "--wheelhouse", str(root / "wheelhouse"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "simple/tinydep/index.json: files[0]" in result.stderr
@@ -342,7 +437,11 @@ def test_runtime_wheels_are_published_by_default_and_ours_only_leaves_them_out(t
     assert ours.returncode == 0, ours.stderr
     assert "the lock's 1 third-party pins are not in this index" in ours.stdout
     assert sorted(p.name for p in (tmp_path / "index" / "simple").iterdir()) == [
-        "index.html", "index.json", "sglang", "sglang-kernel"]
+        "index.html",
+        "index.json",
+        "sglang",
+        "sglang-kernel",
+    ]
 
 
 def test_unknown_targets_are_refused(tmp_path):
@@ -351,8 +450,9 @@ def test_unknown_targets_are_refused(tmp_path):
     assert result.returncode == 2 and "a directory or an http(s):// URL" in result.stderr
 
 
-def test_publishing_to_a_webdav_server_gives_the_same_installable_index(tmp_path, served,
-                                                                        webdav_auth):
+def test_publishing_to_a_webdav_server_gives_the_same_installable_index(
+    tmp_path, served, webdav_auth
+):
     """A real wsgidav server (basic auth) as DEST: the files on its disk are byte for byte a
     local publish's; served over HTTP, pip installs the lock from them; a second publish
     uploads nothing; a published wheel is never replaced; the password is never printed."""
@@ -366,12 +466,14 @@ def test_publishing_to_a_webdav_server_gives_the_same_installable_index(tmp_path
     assert PASSWORD not in result.stdout + result.stderr
     on_server = webdav_auth.root / "cache" / "index"
     assert {k: v[0] for k, v in _snapshot(on_server).items()} == {
-        k: v[0] for k, v in _snapshot(local).items()}
+        k: v[0] for k, v in _snapshot(local).items()
+    }
     puts = [r.split()[1] for r in webdav_auth.requests() if r.startswith("PUT")]
     moves = [r.split()[1] for r in webdav_auth.requests() if r.startswith("MOVE")]
     assert len(puts) == len(moves) == len(_snapshot(local))  # every file: a PUT, a MOVE
-    assert all(".tmp-" in p.rsplit("/", 1)[-1] and p.rsplit("/", 1)[-1].startswith(".")
-               for p in puts)  # uploaded under temporary names only
+    assert all(
+        ".tmp-" in p.rsplit("/", 1)[-1] and p.rsplit("/", 1)[-1].startswith(".") for p in puts
+    )  # uploaded under temporary names only
     assert moves[-1].startswith("/cache/index/simple/.index.html.tmp-")  # root page last
     webdav_auth.clear_log()
     again = _publish(root, webdav_auth.url + "index", "--wheelhouse", str(root / "wheelhouse"))
@@ -381,15 +483,15 @@ def test_publishing_to_a_webdav_server_gives_the_same_installable_index(tmp_path
     # serve what the WebDAV server holds; pip installs the lock from it
     shutil.copytree(on_server, served[0] / "from-webdav")
     venv = tmp_path / "venv"
-    install = _pip_install(_bare_venv(venv), f"{served[1]}/from-webdav/simple",
-                           root / "lockfiles" / "wheels.lock")
+    install = _pip_install(
+        _bare_venv(venv), f"{served[1]}/from-webdav/simple", root / "lockfiles" / "wheels.lock"
+    )
     assert install.returncode == 0, install.stderr
     assert _installed(venv / "bin" / "python", "sglang", "tinydep") == [SGLANG, "1.0"]
     # append-only on the server too: another wheel under a published name is refused
     wheel = next((root / "wheels").glob("sglang-0*.whl"))
     (on_server / "files" / wheel.name).write_bytes(b"not the published bytes")
-    refused = _publish(root, webdav_auth.url + "index", "--wheelhouse",
-                       str(root / "wheelhouse"))
+    refused = _publish(root, webdav_auth.url + "index", "--wheelhouse", str(root / "wheelhouse"))
     assert refused.returncode != 0 and wheel.name in refused.stderr
     assert "Traceback" not in refused.stderr and PASSWORD not in refused.stderr
 
@@ -398,8 +500,9 @@ def test_nothing_is_left_when_the_index_directory_is_new_and_publish_fails(tmp_p
     root = _stack(tmp_path)
     shutil.rmtree(root / "wheelhouse")
     (root / "wheelhouse").mkdir()
-    assert _publish(root, tmp_path / "index", "--wheelhouse",
-                    str(root / "wheelhouse")).returncode == 2
+    assert (
+        _publish(root, tmp_path / "index", "--wheelhouse", str(root / "wheelhouse")).returncode == 2
+    )
     assert not (tmp_path / "index").exists()
 
 
@@ -409,8 +512,9 @@ def test_one_publish_at_a_time_and_filesystem_errors_are_one_line(tmp_path):
     with index.LocalTarget(dest).locked():  # another publisher holds the index
         busy = _publish(root, dest, "--wheelhouse", str(root / "wheelhouse"))
     assert busy.returncode == 2
-    assert busy.stderr == (f"error: {dest}: another publish into this index is running; "
-                           "try again when it is done\n")
+    assert busy.stderr == (
+        f"error: {dest}: another publish into this index is running; try again when it is done\n"
+    )
     assert list(dest.iterdir()) == []
     a_file = tmp_path / "not-a-directory"
     a_file.write_text("x")

@@ -52,61 +52,53 @@ RUN: dict[str, tuple[set[int], str]] = {
 NOT_RUN: dict[str, str] = {
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",
     "nox -s tests": "the test suite itself",
+    "nox -s lint": "installs ruff from lockfiles/lint.lock (an index); .ci/run runs it before "
+    "the tests",
     "nox -s demo": "installs the build tools (an index); tests/test_demo.py runs `python -m demo`",
     "nox -s dev": "pip-installs into .nox/dev (needs an index); tests/test_noxfile.py checks it",
     "source .nox/dev/bin/activate && sglforge --help": "needs the venv `nox -s dev` makes",
-    "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm":
-        "needs a newer upstream commit; tests/test_refresh_lint.py runs refresh",
+    "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm": "needs a newer upstream commit; tests/test_refresh_lint.py runs refresh",
     "nox -s build": "a full CUDA build",
     "nox -s build -- sglang-kernel": "an nvcc build (~1 h on 20 jobs)",
     "nox -s build -- flashinfer-jit-cache": "an opt-in nvcc build (2,723 TUs, bench/"
-                                            "realcheck-jitcache.json); tests/test_build.py "
-                                            "builds an opt-in fixture recipe by name",
+    "realcheck-jitcache.json); tests/test_build.py "
+    "builds an opt-in fixture recipe by name",
     "nox -s build -- --jobs 8 --mem-per-job 6GiB --compiler-cache ccache": "a full CUDA build",
     "nox -s build -- --compiler-cache-remote redis://cache.internal:6379/0 "
     "--compiler-cache-read-only": "a full CUDA build; tests/test_compiler_cache_remote.py "
-                                  "builds the CUDA fixture against a real redis-server",
+    "builds the CUDA fixture against a real redis-server",
     "nox -s verify": "rebuilds every wheel",
     "nox -s build -- --dev sglang-kernel": "an nvcc build; tests/test_build_dev.py runs the "
-                                           "dev loop on a CUDA fixture",
+    "dev loop on a CUDA fixture",
     "nox -s build -- --dev --publish-dev sglang-kernel": "an nvcc build; tests/test_build_dev.py",
     "nox -s smoke -- --model /models/DeepSeek-V4-Flash": "GPU host (8x RTX PRO 6000)",
     "nox -s smoke -- --wheelhouse /srv/wheelhouse": "GPU host",
     "nox -s smoke -- --index-url https://pypi.org/simple": "GPU host; network",
     "nox -s smoke -- --venv build/smoke/dsv4-flash-pd/venv": "GPU host",
-    "nox -s smoke -- --profile h200-pd-2gpu --python /opt/torch/.venv/bin/python3 --model tiny":
-        "GPU host (H200)",
+    "nox -s smoke -- --profile h200-pd-2gpu --python /opt/torch/.venv/bin/python3 --model tiny": "GPU host (H200)",
     "pip install --require-hashes --no-index --only-binary :all: --find-links wheels/ "
     "--find-links WHEELHOUSE/ -r lockfiles/wheels.lock": "needs built wheels + a wheelhouse",
     "python3.12 -m venv /opt/sglang && . /opt/sglang/bin/activate": "serving-host setup",
     "nox -s lock-runtime": "resolves against PyPI; tests/test_runtime_lock.py runs it (fake uv)",
     "nox -s lock-runtime -- --check": "tests/test_runtime_lock.py checks staleness",
-    "nox -s lock-runtime -- --metadata 'DIR/*.METADATA' --note 'where they came from'":
-        "resolves against PyPI",
+    "nox -s lock-runtime -- --metadata 'DIR/*.METADATA' --note 'where they came from'": "resolves against PyPI",
     "nox -s build -- --no-remote-cache": "a full CUDA build; tests/test_remote_cache.py",
     "nox -s build -- --remote-cache-read-only": "a full CUDA build; tests/test_remote_cache.py",
     "nox -s verify -- --from-lock": "rebuilds every wheel; tests/test_remote_cache.py runs it",
-    "nox -s matrix -- --output matrix.json":
-        "installs the build toolchain; tests/test_remote_cache.py runs `plan --matrix`",
+    "nox -s matrix -- --output matrix.json": "installs the build toolchain; tests/test_remote_cache.py runs `plan --matrix`",
     "nox -s check": "needs built wheels; tests/test_check.py builds fixture stacks",
     "nox -s check -- --wheels DIR --runtime-lock F": "needs a wheel set; tests/test_check.py",
     "nox -s check -- --python 3.12 --torch 2.11.0": "needs built wheels; tests/test_check.py",
     "pip download --no-deps --only-binary :all: --python-version 3.12 --require-hashes '$(for' "
     "v in '$(seq' 17 '28);' do echo --platform 'manylinux_2_${v}_x86_64;' 'done)' --platform "
-    "manylinux2014_x86_64 --platform any -r lockfiles/runtime.lock -d WHEELHOUSE":
-        "downloads ~3.2 GB from PyPI; run by hand on the committed runtime.lock (189 wheels)",
+    "manylinux2014_x86_64 --platform any -r lockfiles/runtime.lock -d WHEELHOUSE": "downloads ~3.2 GB from PyPI; run by hand on the committed runtime.lock (189 wheels)",
     "nox -s bundle -- --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_bundle.py",
-    "tar xzf 'sglforge-stack-<version>.tar.gz' && python3.12 -m venv venv":
-        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
-    "'sglforge-stack-<version>/install.sh' venv/bin/python":
-        "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
-    "nox -s publish -- /srv/sglforge-index --wheelhouse WHEELHOUSE/":
-        "needs built wheels; tests/test_publish.py publishes fixture stacks",
-    "python3 -m http.server --bind 10.0.0.5 8080 --directory /srv/sglforge-index":
-        "serves an index; tests/test_publish.py serves one on 127.0.0.1",
+    "tar xzf 'sglforge-stack-<version>.tar.gz' && python3.12 -m venv venv": "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "'sglforge-stack-<version>/install.sh' venv/bin/python": "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "nox -s publish -- /srv/sglforge-index --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_publish.py publishes fixture stacks",
+    "python3 -m http.server --bind 10.0.0.5 8080 --directory /srv/sglforge-index": "serves an index; tests/test_publish.py serves one on 127.0.0.1",
     "pip install --require-hashes --only-binary :all: --index-url http://10.0.0.5:8080/simple "
-    "--trusted-host 10.0.0.5 -r lockfiles/wheels.lock":
-        "serving-host install; tests/test_publish.py installs from the served index",
+    "--trusted-host 10.0.0.5 -r lockfiles/wheels.lock": "serving-host install; tests/test_publish.py installs from the served index",
 }
 
 
@@ -150,10 +142,13 @@ def test_offline_readme_examples_run_against_a_fixture_project(tmp_path: Path) -
     project = make_project(tmp_path)
     shutil.copytree(REPO / "profiles", project.root / "profiles")
     patches = project.root / "patches" / "purepy"
-    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
-                         {"src/purepy/__init__.py": 'GREETING = "patched"\n'},
-                         "Change the greeting\n\n" + DEP3.format(description="A test."),
-                         patches)
+    upstreams.make_patch(
+        project.mirror / "org" / "purepy",
+        "0001-greeting.patch",
+        {"src/purepy/__init__.py": 'GREETING = "patched"\n'},
+        "Change the greeting\n\n" + DEP3.format(description="A test."),
+        patches,
+    )
     (patches / "series").write_text("0001-greeting.patch\n")
     env = dict(os.environ, PYTHONPATH=str(SRC))
     env.pop("SGLFORGE_PROJECT", None)
@@ -162,8 +157,14 @@ def test_offline_readme_examples_run_against_a_fixture_project(tmp_path: Path) -
         if command not in RUN:
             continue
         statuses, expected = RUN[command]
-        result = subprocess.run(_as_sglforge(command, project), capture_output=True, text=True,
-                                env=env, cwd=project.root, check=False)
+        result = subprocess.run(
+            _as_sglforge(command, project),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project.root,
+            check=False,
+        )
         output = result.stdout + result.stderr
         assert result.returncode in statuses, f"{command}: exit {result.returncode}\n{output}"
         assert expected in output, f"{command}: {expected!r} not in\n{output}"
@@ -201,15 +202,20 @@ def test_the_readme_links_the_docs_and_names_no_notes_outside_the_repository() -
     text = README.read_text(encoding="utf-8")
     for doc in ("docs/architecture.md", "docs/reproducibility.md"):
         assert f"]({doc})" in text
-    for outside in ("shared notes", "reference/reproducibility.md", "shared/reference",
-                    "DESIGN.md"):
+    for outside in (
+        "shared notes",
+        "reference/reproducibility.md",
+        "shared/reference",
+        "DESIGN.md",
+    ):
         assert outside not in text, outside
 
 
 def test_architecture_names_every_package() -> None:
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    packages = {p.name for p in (REPO / "src" / "sglforge").iterdir()
-                if (p / "__init__.py").exists()} | {"check"}
+    packages = {
+        p.name for p in (REPO / "src" / "sglforge").iterdir() if (p / "__init__.py").exists()
+    } | {"check"}
     missing = [p for p in sorted(packages) if f"- `{p}/`" not in text]
     assert not missing, missing
     for contract in ("Trust", "Coherence", "Pins", "Patches", "Build", "Smoke"):
@@ -221,7 +227,7 @@ def test_architecture_names_every_package() -> None:
 
 def test_build_host_prerequisites_name_ucx_and_the_cost_of_the_first_build() -> None:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("**What it needs**"):text.index("## Sources")]
+    section = text[text.index("**What it needs**") : text.index("## Sources")]
     assert "UCX" in section and "nixl" in section
     assert "4.9 GB" in section
     assert "hours on few cores" in section
@@ -233,7 +239,7 @@ def test_nixl_prerequisites_state_one_truth() -> None:
     """Issue 23 item 12: the wraps come from the pins (handed to meson), UCX from the
     toolchain's libucx-cu13 wheel; neither from the system."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("**What it needs**"):text.index("## Sources")]
+    section = text[text.index("**What it needs**") : text.index("## Sources")]
     assert "installed on the system" not in section and "ucx.pc" not in section
     assert "subprojects/packagecache/" in section and "libucx-cu13" in section
     recipe = (REPO / "recipes" / "nixl-cu13.toml").read_text(encoding="utf-8")
@@ -246,8 +252,8 @@ def test_first_screen_says_what_a_build_on_the_committed_pins_produces_needs_and
     """Issue 23 item 6: a newcomer reads the failing end state before hours of compiling,
     not 500 lines later."""
     text = README.read_text(encoding="utf-8")
-    first = text[:text.index("## Sources")]
-    produces = first[first.index("**What `nox -s build` produces on the committed pins**"):]
+    first = text[: text.index("## Sources")]
+    produces = first[first.index("**What `nox -s build` produces on the committed pins**") :]
     assert "wheels/" in produces and "stack check" in produces and "exit status 1" in produces
     assert "--no-check" in produces and "bench/realcheck.json" in produces
     # it names the release set the lockfile pins
@@ -263,11 +269,20 @@ def test_module_paths_named_in_docs_and_lockfile_headers_exist() -> None:
     """Issue 23 item 15: headers named src/sglforge/pins.py and toolchain.py after they moved."""
     import re
 
-    files = [README, *(REPO / "docs").glob("*.md"), *(REPO / "lockfiles").glob("*"),
-             *(REPO / "stacks").glob("*/lockfiles/*"), REPO / "wheels" / "README.md",
-             REPO / "bench" / "README.md"]
-    named = {m for f in files if f.is_file()
-             for m in re.findall(r"src/sglforge/[A-Za-z0-9_/]+\.py", f.read_text("utf-8"))}
+    files = [
+        README,
+        *(REPO / "docs").glob("*.md"),
+        *(REPO / "lockfiles").glob("*"),
+        *(REPO / "stacks").glob("*/lockfiles/*"),
+        REPO / "wheels" / "README.md",
+        REPO / "bench" / "README.md",
+    ]
+    named = {
+        m
+        for f in files
+        if f.is_file()
+        for m in re.findall(r"src/sglforge/[A-Za-z0-9_/]+\.py", f.read_text("utf-8"))
+    }
     assert named and not [m for m in sorted(named) if not (REPO / m).exists()]
 
 
@@ -277,14 +292,15 @@ def test_serving_host_install_routes_are_ones_that_can_work() -> None:
     nobody said where to get."""
     wheels_readme = (REPO / "wheels" / "README.md").read_text(encoding="utf-8")
     assert "--find-links wheels/ --find-links WHEELHOUSE/ -r lockfiles/wheels.lock" in " ".join(
-        wheels_readme.replace("\\\n", " ").split())
+        wheels_readme.replace("\\\n", " ").split()
+    )
     assert "wheelhouse download command" in wheels_readme
     text = README.read_text(encoding="utf-8")
-    serving = text[text.index("**Install on a serving host**"):text.index("### Remote compiler")]
+    serving = text[text.index("**Install on a serving host**") : text.index("### Remote compiler")]
     # pip takes --platform literally: the command must name every manylinux level up to 2_28
     assert "$(for v in $(seq 17 28); do echo --platform manylinux_2_${v}_x86_64; done)" in serving
     assert "-r lockfiles/runtime.lock -d WHEELHOUSE" in serving
     runtime_lock = (REPO / "lockfiles" / "runtime.lock").read_text(encoding="utf-8")
     assert "cuda-tile==1.6.0rc5" not in runtime_lock  # the sdist-only pin of the 0.5.21 set
-    many = text[text.index("nox -s verify -- --from-lock"):text.index("**The CI matrix.**")]
+    many = text[text.index("nox -s verify -- --from-lock") : text.index("**The CI matrix.**")]
     assert "written by `nox -s build`" in many and "main carries none today" in many

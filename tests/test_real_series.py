@@ -22,8 +22,7 @@ def test_there_are_series_files() -> None:
     assert SERIES_FILES, f"no patches/*/series under {ROOT}"
 
 
-@pytest.mark.parametrize("series_file", SERIES_FILES,
-                         ids=[p.parent.name for p in SERIES_FILES])
+@pytest.mark.parametrize("series_file", SERIES_FILES, ids=[p.parent.name for p in SERIES_FILES])
 def test_series_parses_and_patches_exist(series_file: Path) -> None:
     series = parse_series(series_file, series_file.parent.name)
     assert series.entries, f"{series_file} lists no patches"
@@ -34,13 +33,13 @@ def test_series_parses_and_patches_exist(series_file: Path) -> None:
             assert entry.data.startswith(b"From "), f"{entry.name} is not a format-patch mbox"
 
 
-@pytest.mark.parametrize("series_file", SERIES_FILES,
-                         ids=[p.parent.name for p in SERIES_FILES])
+@pytest.mark.parametrize("series_file", SERIES_FILES, ids=[p.parent.name for p in SERIES_FILES])
 def test_series_belongs_to_a_pinned_upstream(series_file: Path) -> None:
     lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
     upstreams = {pin.name for pin in lock.upstreams()}
     assert series_file.parent.name in upstreams, (
-        f"{series_file}: '{series_file.parent.name}' is not an upstream in the lockfile")
+        f"{series_file}: '{series_file.parent.name}' is not an upstream in the lockfile"
+    )
 
 
 def test_lint_reports_no_errors_for_the_repositorys_patches() -> None:
@@ -58,8 +57,9 @@ def test_the_kernel_package_is_its_own_upstream_at_its_bump_commit() -> None:
     from sglforge.inputs.toolchain import load_toolchain
 
     lock = parse_lockfile(ROOT / "lockfiles" / "upstreams.toml")
-    recipes = load_recipes(ROOT / "recipes", lock,
-                           load_toolchain(ROOT / "lockfiles" / "toolchain.toml"))
+    recipes = load_recipes(
+        ROOT / "recipes", lock, load_toolchain(ROOT / "lockfiles" / "toolchain.toml")
+    )
     python, kernel = recipes["sglang"], recipes["sglang-kernel"]
     assert (python.upstream, kernel.upstream) == ("sglang", "sglang-kernel")
     sglang, sglang_kernel = lock.get("sglang"), lock.get("sglang-kernel")

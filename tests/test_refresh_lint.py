@@ -16,11 +16,11 @@ def core_text(values: dict[int, str], header: str = "") -> str:
     return header + "".join(f"def f{i}():\n    return {values.get(i, i)}\n\n" for i in range(30))
 
 
-def lockfile_commit(world) -> str:  # noqa: ANN001
+def lockfile_commit(world) -> str:
     return parse_lockfile(world.project / "lockfiles/upstreams.toml").get("alpha").commit
 
 
-def upstream_moves(upstreams, files):  # noqa: ANN001, ANN201
+def upstream_moves(upstreams, files):
     """Upstream main gains a commit on top of the pinned one."""
     run_git(upstreams.alpha.path, "checkout", "--quiet", "-B", "next", upstreams.pinned)
     new = upstreams.alpha.commit("upstream moves", files)
@@ -32,8 +32,11 @@ def test_refresh_rebases_regenerates_drops_and_moves_the_pin(world, upstreams, c
     alpha = upstreams.alpha
     keep = local_patch(alpha, upstreams.pinned, "Fix f20", edit_core(20, "2020"))
     merged = local_patch(alpha, upstreams.pinned, "Fix f3", edit_core(3, "33"))
-    world.write_series("alpha", ["# our fixes", "0001-fix-f20.patch", "0002-fix-f3.patch"],
-                       {"0001-fix-f20.patch": keep, "0002-fix-f3.patch": merged})
+    world.write_series(
+        "alpha",
+        ["# our fixes", "0001-fix-f20.patch", "0002-fix-f3.patch"],
+        {"0001-fix-f20.patch": keep, "0002-fix-f3.patch": merged},
+    )
     # Upstream adds lines at the top (every hunk moves) and merges our f3 fix.
     new = upstream_moves(upstreams, {"src/alpha/core.py": core_text({3: "33"}, "# new\n" * 5)})
     code = main(world.cli_args() + ["patches", "refresh", "alpha", "--onto", new])
@@ -69,8 +72,12 @@ def test_refresh_that_conflicts_changes_nothing(world, upstreams, capsys):
 
 
 def test_refresh_splits_a_backport_that_no_longer_applies_strictly(world, upstreams, capsys):
-    fix, digest = upstream_fix(world, upstreams, "Upstream: fix f10 and VALUE",
-                               {**edit_core(10, "1010"), "src/alpha/__init__.py": "VALUE = 10\n"})
+    fix, digest = upstream_fix(
+        world,
+        upstreams,
+        "Upstream: fix f10 and VALUE",
+        {**edit_core(10, "1010"), "src/alpha/__init__.py": "VALUE = 10\n"},
+    )
     url = world.url("org/alpha")
     world.write_series("alpha", [f"backport {url} {fix} sha256={digest}"])
     # Upstream edits the outermost context line of the f10 hunk: strict application fails
@@ -110,29 +117,54 @@ def test_lint_separates_errors_from_hints(world, upstreams):
     good = good.replace(b"\n---\n", ("\n\n" + GOOD_HEADERS + "---\n").encode(), 1)
     bare = local_patch(alpha, upstreams.pinned, "Bare", edit_core(2, "22"), dep3=False)
     hinted = local_patch(alpha, upstreams.pinned, "Hinted", edit_core(4, "44"), dep3=False)
-    hinted = hinted.replace(b"\n---\n", b"\n\nDescription: short\nOrigin: other\n"
-                                        b"Forwarded: no\nBug: https://x.invalid/1\n"
-                                        b"Last-Update: 2024-01-01\n"
-                                        b"Applied-Upstream: v2.0\n---\n", 1)
+    hinted = hinted.replace(
+        b"\n---\n",
+        b"\n\nDescription: short\nOrigin: other\n"
+        b"Forwarded: no\nBug: https://x.invalid/1\n"
+        b"Last-Update: 2024-01-01\n"
+        b"Applied-Upstream: v2.0\n---\n",
+        1,
+    )
     malformed = local_patch(alpha, upstreams.pinned, "Bad values", edit_core(5, "55"), dep3=False)
-    malformed = malformed.replace(b"\n---\n", b"\n\nDescription: values that are wrong here\n"
-                                              b"Origin: somewhere\nForwarded: maybe\n"
-                                              b"Bug: https://x.invalid/2\n"
-                                              b"Last-Update: last week\n---\n", 1)
-    world.write_series("alpha", ["0001-good.patch", "0002-bare.patch", "0003-hinted.patch",
-                                 "0004-bad.patch"],
-                       {"0001-good.patch": good, "0002-bare.patch": bare,
-                        "0003-hinted.patch": hinted, "0004-bad.patch": malformed,
-                        "0005-orphan.patch": good})
+    malformed = malformed.replace(
+        b"\n---\n",
+        b"\n\nDescription: values that are wrong here\n"
+        b"Origin: somewhere\nForwarded: maybe\n"
+        b"Bug: https://x.invalid/2\n"
+        b"Last-Update: last week\n---\n",
+        1,
+    )
+    world.write_series(
+        "alpha",
+        ["0001-good.patch", "0002-bare.patch", "0003-hinted.patch", "0004-bad.patch"],
+        {
+            "0001-good.patch": good,
+            "0002-bare.patch": bare,
+            "0003-hinted.patch": hinted,
+            "0004-bad.patch": malformed,
+            "0005-orphan.patch": good,
+        },
+    )
     lock = parse_lockfile(world.project / "lockfiles/upstreams.toml")
     findings = lint_project(Project(world.project), lock, ["alpha"], today=dt.date(2026, 11, 29))
-    by = {(f.level, f.check.rsplit("/", 1)[-1], f.message.split(" ")[0] + " "
-           + f.message.split(" ")[1]) for f in findings}
+    by = {
+        (
+            f.level,
+            f.check.rsplit("/", 1)[-1],
+            f.message.split(" ")[0] + " " + f.message.split(" ")[1],
+        )
+        for f in findings
+    }
     assert not [f for f in findings if "0001-good" in f.check]
-    bare_errors = {f.message.split(" (")[0] for f in findings
-                   if "0002-bare" in f.check and f.level == "error"}
-    assert bare_errors == {"missing Origin", "missing Forwarded", "missing Bug",
-                           "missing Last-Update"}
+    bare_errors = {
+        f.message.split(" (")[0] for f in findings if "0002-bare" in f.check and f.level == "error"
+    }
+    assert bare_errors == {
+        "missing Origin",
+        "missing Forwarded",
+        "missing Bug",
+        "missing Last-Update",
+    }
     hinted_findings = [f for f in findings if "0003-hinted" in f.check]
     assert {f.level for f in hinted_findings} == {"hint"}
     assert len(hinted_findings) == 4  # terse, Forwarded: no, stale, Applied-Upstream

@@ -52,14 +52,21 @@ class Host:
     cache: Path  # this host's local cache
     python: str = sys.executable
 
-    def run(self, *verb: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *verb: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         environ = dict(os.environ, PYTHONPATH=str(SRC), **(env or {}))
         environ.pop("SGLFORGE_PROJECT", None)
-        cmd = [self.python, "-m", "sglforge",
-               *self.project.args(root=self.root, cache=self.cache), *verb]
-        return subprocess.run(cmd, capture_output=True, text=True, env=environ, cwd=self.root,
-                              check=False)
+        cmd = [
+            self.python,
+            "-m",
+            "sglforge",
+            *self.project.args(root=self.root, cache=self.cache),
+            *verb,
+        ]
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=environ, cwd=self.root, check=False
+        )
 
     def matrix(self, *args: str) -> dict:
         result = self.run("plan", "--matrix", *args)
@@ -78,7 +85,7 @@ def host(project: FixtureProject, name: str, *, python: Path | None = None) -> H
 
 
 @pytest.fixture()
-def shared(tmp_path, webdav):  # noqa: ANN001, ANN201
+def shared(tmp_path, webdav):
     project = make_project(tmp_path, ("purepy", "usespy"))
     project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n')
     return project
@@ -102,10 +109,11 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
     c = host(shared, "c", python=other_interpreter(tmp_path / "elsewhere" / "venv-c"))
     plan = a.matrix()
     assert [(j["recipe"], j["needs"], j["wave"]) for j in plan["build"]] == [
-        ("purepy", [], 0), ("usespy", ["purepy"], 1)]
+        ("purepy", [], 0),
+        ("usespy", ["purepy"], 1),
+    ]
     assert plan["cached"] == [] and plan["cache"] == f"remote {webdav.public_url}"
-    assert [[j["recipe"] for j in w["include"]] for w in plan["waves"]] == [["purepy"],
-                                                                             ["usespy"]]
+    assert [[j["recipe"] for j in w["include"]] for w in plan["waves"]] == [["purepy"], ["usespy"]]
     assert plan["assemble"]["needs"] == ["purepy", "usespy"]
     assert plan["smoke"] == {"cuda_archs": [], "needs": ["assemble"]}
     wave1 = a.run("plan", "--matrix", "--wave", "1")
@@ -125,8 +133,7 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
     assert puts[0].split("/")[-1].startswith(".purepy-") and "/.entry.json.tmp-" in puts[1]
     assert len(webdav.files()) == 2 and not any("tmp" in f for f in webdav.files())
     partial = a.matrix()
-    assert [(j["recipe"], j["needs"], j["wave"]) for j in partial["build"]] == [
-        ("usespy", [], 0)]
+    assert [(j["recipe"], j["needs"], j["wave"]) for j in partial["build"]] == [("usespy", [], 0)]
     assert [e["recipe"] for e in partial["cached"]] == ["purepy"]
 
     # job B (wave 1), another host and interpreter location: purepy from the remote cache
@@ -158,7 +165,7 @@ def test_ci_flow_job_a_job_b_then_assemble_gives_the_single_host_lock(shared, we
     assert webdav.requests() == []
 
 
-def _entry_dir(webdav, name: str) -> Path:  # noqa: ANN001
+def _entry_dir(webdav, name: str) -> Path:
     [wheel] = [f for f in webdav.files() if f.endswith(".whl") and f"/{name}-" in f"/{f}"]
     return (webdav.root / "cache" / wheel).parent
 
@@ -199,9 +206,13 @@ def test_untrusted_remote_entries_are_refused_and_rebuilt(tmp_path, webdav):
 
     # an entry copied under another key (sha256 consistent): its stamped content_key differs
     patched = host(project, "patched")
-    upstreams.make_patch(project.mirror / "org" / "purepy", "0001-greeting.patch",
-                         {"src/purepy/__init__.py": 'def greet():\n    return "hi"\n'},
-                         "Change the greeting", patched.root / "patches" / "purepy")
+    upstreams.make_patch(
+        project.mirror / "org" / "purepy",
+        "0001-greeting.patch",
+        {"src/purepy/__init__.py": 'def greet():\n    return "hi"\n'},
+        "Change the greeting",
+        patched.root / "patches" / "purepy",
+    )
     (patched.root / "patches" / "purepy" / "series").write_text("0001-greeting.patch\n")
     [job] = patched.matrix()["build"]
     foreign = remote_key(job["key"])
@@ -211,8 +222,10 @@ def test_untrusted_remote_entries_are_refused_and_rebuilt(tmp_path, webdav):
     assert refused.returncode == 0, refused.stdout + refused.stderr
     assert "entry refused, rebuilding" in refused.stdout
     original = read_provenance(entry / wheel.name).content_key
-    assert (f"its content_key {original[:12]} is not the key looked up {job['key'][:12]}"
-            in refused.stdout)
+    assert (
+        f"its content_key {original[:12]} is not the key looked up {job['key'][:12]}"
+        in refused.stdout
+    )
     assert _built(refused, "purepy") and ", uploaded" in refused.stdout
     replaced = planted / json.loads((planted / "entry.json").read_text())["file"]
     assert read_provenance(replaced).content_key == job["key"]
@@ -230,8 +243,7 @@ def test_untrusted_remote_entries_are_refused_and_rebuilt(tmp_path, webdav):
 
 
 @needs_cc
-def test_verify_from_lock_rebuilds_without_caches_and_catches_a_tampered_hash(tmp_path,
-                                                                               webdav):
+def test_verify_from_lock_rebuilds_without_caches_and_catches_a_tampered_hash(tmp_path, webdav):
     project = make_project(tmp_path, ("purepy",))
     project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n')
     built = project.run("build")
@@ -251,8 +263,10 @@ def test_verify_from_lock_rebuilds_without_caches_and_catches_a_tampered_hash(tm
     lock.write_text(lock.read_text().replace(good, "0" * 64))
     bad = project.run("verify", "--from-lock", "--out", str(tmp_path / "rebuilt"))
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert (f"DIFFERS    purepy==1.2.3+cpu.e3b0c442: expected sha256:{'0' * 16}, rebuilt "
-            f"sha256:{good[:16]}") in bad.stdout
+    assert (
+        f"DIFFERS    purepy==1.2.3+cpu.e3b0c442: expected sha256:{'0' * 16}, rebuilt "
+        f"sha256:{good[:16]}"
+    ) in bad.stdout
     assert "not reproducible" in bad.stdout and "Traceback" not in bad.stderr
 
     lock.unlink()
@@ -265,8 +279,10 @@ def test_a_bad_remote_url_or_an_unreachable_server_is_one_line(tmp_path):
     project.config.write_text('[wheel-cache]\nremote = "s3://bucket/x"\n')
     result = project.run("plan", "--matrix")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "[wheel-cache], key 'remote' (line 2): 's3://bucket/x' scheme must be http or https" \
+    assert (
+        "[wheel-cache], key 'remote' (line 2): 's3://bucket/x' scheme must be http or https"
         in result.stderr
+    )
     import socket
 
     with socket.socket() as sock:
@@ -290,8 +306,9 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     assert settings.wheel_cache.read_only is True
     shown = describe_settings(settings)
     assert "hunter2" not in shown
-    assert re.search(r"^wheel-cache\.remote += https://ci:\*\*\*@cache\.example/s/ +\(config: ",
-                     shown, re.M), shown
+    assert re.search(
+        r"^wheel-cache\.remote += https://ci:\*\*\*@cache\.example/s/ +\(config: ", shown, re.M
+    ), shown
     assert f"(config: {config})" in shown and "(env: SGLFORGE_WHEEL_CACHE_READ_ONLY)" in shown
     env = {"SGLFORGE_WHEEL_CACHE_REMOTE": "http://other.example/c/"}
     assert load_settings(config, environ=env).wheel_cache.remote == "http://other.example/c/"
@@ -300,19 +317,21 @@ def test_wheel_cache_settings_layers_origins_and_no_credentials_shown(tmp_path):
     config.write_text('[wheel-cache]\nremote = "file:///srv/cache"\nread-only = "yes"\n')
     with pytest.raises(SglforgeError) as error:
         load_settings(config, environ={})
-    assert "key 'remote' (line 2): 'file:///srv/cache' scheme must be http or https" \
-        in str(error.value)
+    assert "key 'remote' (line 2): 'file:///srv/cache' scheme must be http or https" in str(
+        error.value
+    )
     assert "key 'read-only' (line 3): expected true or false" in str(error.value)
 
 
-def _plant(webdav, key: str, wheel: Path, name: str) -> None:  # noqa: ANN001
+def _plant(webdav, key: str, wheel: Path, name: str) -> None:
     """Put `wheel` into the remote cache under `key` by hand (sglforge never uploads it)."""
     planted = webdav.root / "cache" / remote_key(key)[:2] / remote_key(key)
     planted.mkdir(parents=True)
     shutil.copy(wheel, planted / wheel.name)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (planted / "entry.json").write_text(json.dumps(
-        {"file": wheel.name, "sha256": digest, "name": name, "version": "x"}))
+    (planted / "entry.json").write_text(
+        json.dumps({"file": wheel.name, "sha256": digest, "name": name, "version": "x"})
+    )
 
 
 @needs_cc
@@ -368,21 +387,41 @@ def test_hostile_entries_never_name_files_or_lock_lines(tmp_path, webdav):
     inject = f" --hash=sha256:{digest}\ntorch==9.9.9"
     variants = {
         # the object named README.md holds the real wheel: sha256 and provenance match
-        "readme": ({**good_meta, "file": "README.md"}, {"README.md": good},
-                   "'file' 'README.md' is not a wheel file name"),
-        "name": ({**good_meta, "name": f"purepy\nevil==6.6.6 --hash=sha256:{digest}"}, {},
-                 "'name' is empty or has spaces or control characters"),
-        "version": ({**good_meta, "version": good_meta["version"] + inject}, {},
-                    "'version' is empty or has spaces or control characters"),
+        "readme": (
+            {**good_meta, "file": "README.md"},
+            {"README.md": good},
+            "'file' 'README.md' is not a wheel file name",
+        ),
+        "name": (
+            {**good_meta, "name": f"purepy\nevil==6.6.6 --hash=sha256:{digest}"},
+            {},
+            "'name' is empty or has spaces or control characters",
+        ),
+        "version": (
+            {**good_meta, "version": good_meta["version"] + inject},
+            {},
+            "'version' is empty or has spaces or control characters",
+        ),
         # every value well formed, none of them true
-        "file": ({**good_meta, "file": "evil-6.6.6-py3-none-any.whl", "name": "evil",
-                  "version": "6.6.6"}, {"evil-6.6.6-py3-none-any.whl": good},
-                 ("entry.json names the file evil-6.6.6-py3-none-any.whl, but the wheel's "
-                  f"METADATA and WHEEL make it {wheel.name}")),
+        "file": (
+            {
+                **good_meta,
+                "file": "evil-6.6.6-py3-none-any.whl",
+                "name": "evil",
+                "version": "6.6.6",
+            },
+            {"evil-6.6.6-py3-none-any.whl": good},
+            (
+                "entry.json names the file evil-6.6.6-py3-none-any.whl, but the wheel's "
+                f"METADATA and WHEEL make it {wheel.name}"
+            ),
+        ),
         # another distribution, stamped with the right content key
-        "distribution": ({**good_meta, "name": "evil", "sha256": evil_digest},
-                         {wheel.name: evil.read_bytes()},
-                         "its METADATA Name 'evil' is not purepy, the wheel the recipe builds"),
+        "distribution": (
+            {**good_meta, "name": "evil", "sha256": evil_digest},
+            {wheel.name: evil.read_bytes()},
+            "its METADATA Name 'evil' is not purepy, the wheel the recipe builds",
+        ),
     }
     for label, (meta, objects, reason) in variants.items():
         for stale in entry.iterdir():
@@ -399,10 +438,10 @@ def test_hostile_entries_never_name_files_or_lock_lines(tmp_path, webdav):
         assert _built(result, "purepy"), label
         assert (victim.root / "wheels" / "README.md").read_text() == readme.read_text(), label
         assert sorted(p.name for p in (victim.root / "wheels").iterdir()) == sorted(
-            ["README.md", "manifest.json", wheel.name]), label
+            ["README.md", "manifest.json", wheel.name]
+        ), label
         lines = [line for line in victim.lock().splitlines() if not line.startswith("#")]
-        assert lines == [f"purepy=={good_meta['version']} --hash=sha256:{digest}"], (label,
-                                                                                    lines)
+        assert lines == [f"purepy=={good_meta['version']} --hash=sha256:{digest}"], (label, lines)
         assert not list((project.build_root / "out" / ".remote").glob("*")), label
 
 
@@ -415,14 +454,15 @@ def test_a_substituted_wheel_is_never_uploaded_nor_served(tmp_path, webdav):
     for name, text in upstreams.GREETDEP.items():
         (sub / name).parent.mkdir(parents=True, exist_ok=True)
         (sub / name).write_text(text)
-    project.config.write_text(f'[wheel-cache]\nremote = "{webdav.url}"\n\n'
-                              f'[substitutes."fcdemo.greetdep"]\npath = "{sub}"\n'
-                              'reason = "unreachable here"\n')
+    project.config.write_text(
+        f'[wheel-cache]\nremote = "{webdav.url}"\n\n'
+        f'[substitutes."fcdemo.greetdep"]\npath = "{sub}"\n'
+        'reason = "unreachable here"\n'
+    )
     first = host(project, "first")
     result = first.run("build")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "not uploaded to the remote wheel cache: built with substituted inputs" \
-        in result.stdout
+    assert "not uploaded to the remote wheel cache: built with substituted inputs" in result.stdout
     assert webdav.files() == []
     [wheel] = (first.root / "wheels").glob("fcdemo-*.whl")
     key = read_provenance(wheel).content_key

@@ -87,8 +87,10 @@ def test_a_netrc_default_entry_is_never_sent(webdav_auth, tmp_path, monkeypatch)
     """Issue 21, low: netrc's `default` would hand its credentials to whatever host a config
     names; only a `machine` entry for exactly the configured host is used."""
     netrc = tmp_path / "netrc"
-    netrc.write_text(f"machine cache.example login other password elsewhere\n"
-                     f"default login ci password {PASSWORD}\n")
+    netrc.write_text(
+        f"machine cache.example login other password elsewhere\n"
+        f"default login ci password {PASSWORD}\n"
+    )
     netrc.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc))
     store = RemoteStore.from_url(webdav_auth.public_url)
@@ -96,21 +98,25 @@ def test_a_netrc_default_entry_is_never_sent(webdav_auth, tmp_path, monkeypatch)
         store.put("k/x", b"data")
     assert "HTTP 401" in str(error.value) and PASSWORD not in str(error.value)
     assert webdav_auth.files() == []
-    netrc.write_text(f"default login nobody password wrong\n"
-                     f"machine 127.0.0.1 login ci password {PASSWORD}\n")
+    netrc.write_text(
+        f"default login nobody password wrong\nmachine 127.0.0.1 login ci password {PASSWORD}\n"
+    )
     store = RemoteStore.from_url(webdav_auth.public_url)
     store.put("k/x", b"the machine entry")
     assert store.get_bytes("k/x") == b"the machine entry"
 
 
-@pytest.mark.parametrize(("url", "problem"), [
-    ("ftp://host/x", "scheme must be http or https, got 'ftp'"),
-    ("cache.example/x", "scheme must be http or https, got none"),
-    ("https:///x", "names no host"),
-    ("https://host/x?a=1", "must not have a query or fragment"),
-    ("https://host:99999/x", "is not a valid URL"),
-    ("https://u:pw@host/x y", "contains spaces or control characters"),
-])
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("ftp://host/x", "scheme must be http or https, got 'ftp'"),
+        ("cache.example/x", "scheme must be http or https, got none"),
+        ("https:///x", "names no host"),
+        ("https://host/x?a=1", "must not have a query or fragment"),
+        ("https://host:99999/x", "is not a valid URL"),
+        ("https://u:pw@host/x y", "contains spaces or control characters"),
+    ],
+)
 def test_bad_urls_are_one_line_errors_without_credentials(url, problem):
     with pytest.raises(SglforgeError) as error:
         RemoteStore.from_url(url)
@@ -119,8 +125,14 @@ def test_bad_urls_are_one_line_errors_without_credentials(url, problem):
 
 
 def test_bad_keys_are_refused():
-    for key, problem in [("/abs", "leading '/'"), ("a/../b", "'..'"), ("a//b", "empty"),
-                         ("a\x00b", "control"), ("", "empty"), ("a\\b", "backslash")]:
+    for key, problem in [
+        ("/abs", "leading '/'"),
+        ("a/../b", "'..'"),
+        ("a//b", "empty"),
+        ("a\x00b", "control"),
+        ("", "empty"),
+        ("a\\b", "backslash"),
+    ]:
         assert problem in key_problem(key), key
     assert key_problem("ab/abcd/x-1.0+cu130.abc-py3-none-any.whl") is None
 
@@ -140,7 +152,8 @@ def test_unreachable_server_and_timeouts_are_one_line_errors():
     with socket.socket() as listener:  # accepts, never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen()
-        silent = RemoteStore.from_url(f"http://127.0.0.1:{listener.getsockname()[1]}/c/",
-                                      timeout=0.5)
+        silent = RemoteStore.from_url(
+            f"http://127.0.0.1:{listener.getsockname()[1]}/c/", timeout=0.5
+        )
         with pytest.raises(SglforgeError, match=r"GET .*/c/k/x: timed out after 0.5s"):
             silent.get_bytes("k/x")

@@ -27,7 +27,7 @@ from sglforge.wheel import leaks
 from tests.fixtures import upstreams
 from tests.fixtures.project import SRC, make_project
 
-LEAKY_H = 'static inline const char *leaky_where(void) { return __FILE__; }\n'
+LEAKY_H = "static inline const char *leaky_where(void) { return __FILE__; }\n"
 LEAKYEXT = {
     "pyproject.toml": """\
 [build-system]
@@ -86,8 +86,7 @@ def caller_venv(path: Path) -> Path:
     python = path / "bin" / "python"
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     site = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-    Path(site.stdout.strip(), "parent-venv.pth").write_text(
-        sysconfig.get_paths()["purelib"] + "\n")
+    Path(site.stdout.strip(), "parent-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (path / "include" / "leaky").mkdir(parents=True)
     (path / "include" / "leaky" / "leaky.h").write_text(LEAKY_H)
     return python
@@ -98,8 +97,10 @@ def leaky(tmp_path):
     project = make_project(tmp_path, ("purepy",))
     commit = upstreams.make_repo(project.mirror / "org" / "leakyext", LEAKYEXT)
     with open(project.root / "lockfiles" / "upstreams.toml", "a") as handle:
-        handle.write(f'\n[[source]]\nname = "leakyext"\nurl = "{upstreams.MIRROR_PREFIX}'
-                     f'org/leakyext"\ncommit = "{commit}"\n')
+        handle.write(
+            f'\n[[source]]\nname = "leakyext"\nurl = "{upstreams.MIRROR_PREFIX}'
+            f'org/leakyext"\ncommit = "{commit}"\n'
+        )
     (project.root / "recipes" / "leakyext.toml").write_text(RECIPE)
     return project
 
@@ -107,9 +108,14 @@ def leaky(tmp_path):
 def build_with(project, python: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     env.pop("SGLFORGE_PROJECT", None)
-    proc = subprocess.run([str(python), "-m", "sglforge", *project.args(), "build", "leakyext",
-                           "--no-wheel-cache"], capture_output=True, text=True, env=env,
-                          cwd=project.root, check=False)
+    proc = subprocess.run(
+        [str(python), "-m", "sglforge", *project.args(), "build", "leakyext", "--no-wheel-cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project.root,
+        check=False,
+    )
     if proc.returncode == 0:
         out.mkdir(parents=True)
         for wheel in (project.root / "wheels").glob("leakyext-*.whl"):
@@ -125,8 +131,13 @@ def test_fixture_leaks_the_venv_path_without_prefix_maps(tmp_path):
     for name, text in LEAKYEXT.items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_text(text)
-    proc = subprocess.run([str(python), "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(python), "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     [so] = src.glob("leakyext/_where*.so")
     assert str(tmp_path / "plain-venv" / "include" / "leaky").encode() in so.read_bytes()
@@ -136,8 +147,9 @@ def test_fixture_leaks_the_venv_path_without_prefix_maps(tmp_path):
 def test_two_caller_venvs_give_bit_identical_wheels(leaky, tmp_path):
     a = build_with(leaky, caller_venv(tmp_path / "venv-a"), tmp_path / "out-a")
     assert a.returncode == 0, a.stdout + a.stderr
-    b = build_with(leaky, caller_venv(tmp_path / "somewhere" / "else" / "venv-b"),
-                   tmp_path / "out-b")
+    b = build_with(
+        leaky, caller_venv(tmp_path / "somewhere" / "else" / "venv-b"), tmp_path / "out-b"
+    )
     assert b.returncode == 0, b.stdout + b.stderr
     [wheel_a], [wheel_b] = (sorted((tmp_path / d).glob("*.whl")) for d in ("out-a", "out-b"))
     assert wheel_a.name == wheel_b.name
@@ -153,15 +165,24 @@ def test_two_caller_venvs_give_bit_identical_wheels(leaky, tmp_path):
 def test_a_build_whose_wheel_contains_the_venv_path_fails_naming_the_member(leaky, tmp_path):
     """A leak the prefix maps cannot fix (a string literal with sys.prefix) fails the build."""
     setup = LEAKYEXT["setup.py"].replace(
-        "include_dirs=[include])", "include_dirs=[include], define_macros=[('WHERE', "
-        "'\"' + sys.prefix + '\"')])")
-    files = dict(LEAKYEXT, **{"setup.py": setup, "src/where.c": LEAKYEXT["src/where.c"].replace(
-        "leaky_where()", "WHERE")})
+        "include_dirs=[include])",
+        "include_dirs=[include], define_macros=[('WHERE', '\"' + sys.prefix + '\"')])",
+    )
+    files = dict(
+        LEAKYEXT,
+        **{
+            "setup.py": setup,
+            "src/where.c": LEAKYEXT["src/where.c"].replace("leaky_where()", "WHERE"),
+        },
+    )
     commit = upstreams.make_repo(leaky.mirror / "org" / "leakyext2", files)
     lock = leaky.root / "lockfiles" / "upstreams.toml"
-    lock.write_text(lock.read_text().replace("org/leakyext\"\ncommit = ",
-                                             "org/leakyext2\"\ncommit = ")
-                    .rsplit("commit = ", 1)[0] + f'commit = "{commit}"\n')
+    lock.write_text(
+        lock.read_text()
+        .replace('org/leakyext"\ncommit = ', 'org/leakyext2"\ncommit = ')
+        .rsplit("commit = ", 1)[0]
+        + f'commit = "{commit}"\n'
+    )
     venv = tmp_path / "venv-leak"
     proc = build_with(leaky, caller_venv(venv), tmp_path / "out")
     assert proc.returncode != 0
@@ -180,16 +201,21 @@ def _wheel(path: Path, members: dict[str, bytes]) -> Path:
 def test_leak_scan_names_elf_and_text_members_and_skips_provenance(tmp_path):
     root = "/tmp/some-build-root"
     venv = "/home/u/project/.nox/build"
-    wheel = _wheel(tmp_path / "x-1-py3-none-any.whl", {
-        "x/_C.so": b"\x7fELF\x02\x01\x00" + f"\0assert at {venv}/include/t.h\0".encode(),
-        "x/config.py": f"ROOT = '{root}/src/x'\n".encode(),
-        "x/clean.py": b"print('fine')\n",
-        "x/logo.png": b"\x89PNG\0\0" + root.encode(),  # binary, not ELF: not scanned
-        "x-1.dist-info/sglforge-build.json": f'{{"build_root": "{root}"}}'.encode(),
-    })
+    wheel = _wheel(
+        tmp_path / "x-1-py3-none-any.whl",
+        {
+            "x/_C.so": b"\x7fELF\x02\x01\x00" + f"\0assert at {venv}/include/t.h\0".encode(),
+            "x/config.py": f"ROOT = '{root}/src/x'\n".encode(),
+            "x/clean.py": b"print('fine')\n",
+            "x/logo.png": b"\x89PNG\0\0" + root.encode(),  # binary, not ELF: not scanned
+            "x-1.dist-info/sglforge-build.json": f'{{"build_root": "{root}"}}'.encode(),
+        },
+    )
     found = leaks.scan_wheel(wheel, [root, venv])
     assert {(f.member, f.kind, f.needle) for f in found} == {
-        ("x/_C.so", "ELF", venv), ("x/config.py", "text", root)}
+        ("x/_C.so", "ELF", venv),
+        ("x/config.py", "text", root),
+    }
     with pytest.raises(SglforgeError) as error:
         leaks.check_wheel(wheel, [root, venv])
     assert "x/_C.so (ELF)" in str(error.value) and "x/config.py (text)" in str(error.value)
@@ -217,8 +243,9 @@ def test_compiler_wrappers_append_the_maps_and_cc_cxx_point_at_them(tmp_path):
     env = prefixmap.write_compiler_wrappers(tools, tmp_path / "root", str(bin_dir))
     assert env["CC"] == str(tools / "cc") and env["CXX"] == str(tools / "c++")
     assert not (tools / "gcc").exists()  # no gcc on that PATH: no wrapper
-    out = subprocess.run([env["CXX"], "-c", "x.cc"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [env["CXX"], "-c", "x.cc"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[:2] == ["-c", "x.cc"]
     assert f"-ffile-prefix-map={tmp_path / 'root'}={prefixmap.BUILD_TARGET}" in out
     assert f"-ffile-prefix-map={sys.prefix}={prefixmap.PREFIX_TARGET}" in out
@@ -232,7 +259,11 @@ def test_compiler_wrappers_drop_rpaths_into_the_interpreter(tmp_path, monkeypatc
     (bin_dir / "cc").chmod(0o755)
     env = prefixmap.write_compiler_wrappers(tmp_path / "tools", tmp_path / "root", str(bin_dir))
     rpath = f"-Wl,-rpath,{tmp_path / 'pyenv' / '3.12'}/lib"
-    out = subprocess.run([env["CC"], "-shared", rpath, "-Wl,-rpath,$ORIGIN/lib", "a b.o"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [env["CC"], "-shared", rpath, "-Wl,-rpath,$ORIGIN/lib", "a b.o"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert rpath not in out
     assert out[:3] == ["-shared", "-Wl,-rpath,$ORIGIN/lib", "a b.o"]

@@ -22,19 +22,36 @@ OURS = {"sglang", "sglang-kernel", "flashinfer-python", "tilelang"}
 
 
 def _meta(name: str, *requires: str) -> runtime.Metadata:
-    return runtime.Metadata(source=f"{name}.whl sha256=0", name=name, version="1",
-                            requires=requires)
+    return runtime.Metadata(
+        source=f"{name}.whl sha256=0", name=name, version="1", requires=requires
+    )
 
 
 def test_derive_evaluates_markers_extras_and_drops_our_names() -> None:
     metadata = [
-        _meta("sglang", "flashinfer_python[cu13]==0.6.18", "torch==2.13.0", "aiohttp",
-              "tomli; python_version < '3.11'", "av==16.1.0; platform_machine == 'aarch64'",
-              "sglang-router>=0.3; extra == 'router'", "Sglang_Kernel==0.4.7"),
-        _meta("flashinfer-python", "numpy", "nvidia-cutlass-dsl[cu13]>=4.6; extra == 'cu13'",
-              "nvidia-cutlass-dsl>=4.6; extra == 'cu12'", "torch"),
-        _meta("tilelang", "numpy>=1.23.5", "z3-solver<4.15.5,>=4.13.0",
-              "setuptools; platform_system == 'Darwin'"),
+        _meta(
+            "sglang",
+            "flashinfer_python[cu13]==0.6.18",
+            "torch==2.13.0",
+            "aiohttp",
+            "tomli; python_version < '3.11'",
+            "av==16.1.0; platform_machine == 'aarch64'",
+            "sglang-router>=0.3; extra == 'router'",
+            "Sglang_Kernel==0.4.7",
+        ),
+        _meta(
+            "flashinfer-python",
+            "numpy",
+            "nvidia-cutlass-dsl[cu13]>=4.6; extra == 'cu13'",
+            "nvidia-cutlass-dsl>=4.6; extra == 'cu12'",
+            "torch",
+        ),
+        _meta(
+            "tilelang",
+            "numpy>=1.23.5",
+            "z3-solver<4.15.5,>=4.13.0",
+            "setuptools; platform_system == 'Darwin'",
+        ),
     ]
     lines = runtime.derive_requirements(metadata, OURS, "3.12", "2.13.0")
     assert lines == [
@@ -65,8 +82,7 @@ def test_read_metadata_from_a_wheel_and_a_metadata_file(tmp_path: Path) -> None:
     assert (meta.name, meta.version, meta.requires) == ("sglang", "0.5.21", ("torch==2.13.0",))
     assert meta.source.startswith(f"{wheel.name} sha256=")
     text = tmp_path / "x.METADATA"
-    text.write_text("Metadata-Version: 2.1\nName: Tile_Lang\nVersion: 1\n"
-                    "Requires-Dist: numpy\n")
+    text.write_text("Metadata-Version: 2.1\nName: Tile_Lang\nVersion: 1\nRequires-Dist: numpy\n")
     assert runtime.read_metadata(text).name == "tile-lang"
 
 
@@ -75,8 +91,9 @@ def test_render_input_keeps_the_hand_written_part() -> None:
     first = runtime.render_input(hand, [_meta("sglang")], ["aiohttp  # <- sglang"], "3.12")
     assert first.startswith(hand.rstrip("\n"))
     assert runtime.GENERATED_MARKER in first and "aiohttp  # <- sglang" in first
-    second = runtime.render_input(first, [_meta("sglang")], ["numpy  # <- sglang"], "3.12",
-                                  note="stand-ins")
+    second = runtime.render_input(
+        first, [_meta("sglang")], ["numpy  # <- sglang"], "3.12", note="stand-ins"
+    )
     assert "aiohttp" not in second and "numpy  # <- sglang" in second
     assert second.count(runtime.GENERATED_MARKER) == 1 and "# stand-ins" in second
     assert "sglang-router==0.3.2" in second
@@ -117,8 +134,10 @@ def test_compile_lock_writes_header_with_input_digest_and_is_then_fresh(tmp_path
     text = lock.read_text()
     assert "# input-sha256: " + runtime.input_digest(source.read_text()) in text
     assert "# python: 3.12" in text and "uv 0.0.0-fake" in text
-    assert "--generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28" \
-        in text and "--no-emit-package sglang" in text
+    assert (
+        "--generate-hashes --python-version 3.12 --python-platform x86_64-manylinux_2_28" in text
+        and "--no-emit-package sglang" in text
+    )
     pins, problems = parse_pinned(text)
     assert problems == [] and [p.name for p in pins] == ["aiohttp"]
     assert read_runtime_lock(lock, {"sglang"}) == [pins[0].text]
@@ -135,8 +154,9 @@ def test_staleness(tmp_path: Path) -> None:
     source.write_text("# hand, reworded\n\nsglang-router==0.3.2   # router\naiohttp\n")
     assert runtime.runtime_lock_is_stale(lock, source, "3.12") is None
     # ... requirements and the target Python do.
-    assert "resolved for Python 3.12, the toolchain says 3.13" in \
-        runtime.runtime_lock_is_stale(lock, source, "3.13")
+    assert "resolved for Python 3.12, the toolchain says 3.13" in runtime.runtime_lock_is_stale(
+        lock, source, "3.13"
+    )
     source.write_text("sglang-router==0.3.3\naiohttp\n")
     assert "was resolved from another runtime.in" in runtime.runtime_lock_is_stale(lock, source)
     source.unlink()
@@ -147,8 +167,9 @@ def test_uv_failure_keeps_the_old_lock_and_shows_why(tmp_path: Path) -> None:
     source, lock = _lock_files(tmp_path)
     lock.write_text("old\n")
     with pytest.raises(SglforgeError, match="No solution found"):
-        runtime.compile_lock(str(_fake_uv(tmp_path, fail=True)), source, lock, "3.12", set(),
-                             tmp_path)
+        runtime.compile_lock(
+            str(_fake_uv(tmp_path, fail=True)), source, lock, "3.12", set(), tmp_path
+        )
     assert lock.read_text() == "old\n"
 
 
@@ -157,27 +178,27 @@ def test_cli_lock_runtime_derives_the_input_from_built_wheels(tmp_path: Path) ->
     (root / "lockfiles").mkdir(parents=True)
     (root / "lockfiles" / "upstreams.toml").write_text("")
     (root / "lockfiles" / "toolchain.toml").write_text(
-        'cuda = "13.0"\npython = "3.12"\ntorch = "2.13.0"\n')
+        'cuda = "13.0"\npython = "3.12"\ntorch = "2.13.0"\n'
+    )
     (root / "recipes").mkdir()
     for name in ("sglang", "sglang-kernel"):
         (root / "recipes" / f"{name}.toml").write_text("")
     build_wheelset(root)  # sglang requires tinydep==1.0
     (root / "lockfiles" / "runtime.in").write_text("# hand\nsglang-router==0.3.2\n")
-    env = {**{k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"},
-           "SGLFORGE_UV": str(_fake_uv(tmp_path))}
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"},
+        "SGLFORGE_UV": str(_fake_uv(tmp_path)),
+    }
     base = [sys.executable, "-m", "sglforge", "--project", str(root), "lock-runtime"]
-    check = subprocess.run([*base, "--check"], capture_output=True, text=True, env=env,
-                           check=False)
+    check = subprocess.run([*base, "--check"], capture_output=True, text=True, env=env, check=False)
     assert check.returncode == 1 and "runtime.lock is missing" in check.stdout
-    result = subprocess.run(base, capture_output=True, text=True, env=env,
-                           check=False)
+    result = subprocess.run(base, capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
     text = (root / "lockfiles" / "runtime.in").read_text()
     assert text.startswith("# hand\nsglang-router==0.3.2\n")
     assert "tinydep==1.0  # <- sglang" in text and "torch==2.13.0  # <- toolchain.toml" in text
     assert "from wheels/ (built)" in text
-    check = subprocess.run([*base, "--check"], capture_output=True, text=True, env=env,
-                           check=False)
+    check = subprocess.run([*base, "--check"], capture_output=True, text=True, env=env, check=False)
     assert check.returncode == 0, check.stdout
 
 
@@ -212,7 +233,7 @@ def test_input_staleness_against_the_wheels(tmp_path: Path) -> None:
     assert "new: numpy>=2.1; gone: numpy>=2" in reason
 
 
-def test_explicit_uv_that_does_not_exist_is_a_clear_error(tmp_path) -> None:  # noqa: ANN001
+def test_explicit_uv_that_does_not_exist_is_a_clear_error(tmp_path) -> None:
     from sglforge.base.errors import SglforgeError
     from sglforge.wheel.runtime import find_uv
 

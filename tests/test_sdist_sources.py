@@ -52,10 +52,12 @@ def write_index(root: Path, project: str, filename: str, digest: str | None) -> 
     page = root / "simple" / project / "index.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     fragment = f"#sha256={digest}" if digest else ""
-    page.write_text("<!DOCTYPE html><html><body>\n"
-                    f'<a href="../../packages/demo-0.9.tar.gz">demo-0.9.tar.gz</a>\n'
-                    f'<a href="../../packages/{filename}{fragment}">{filename}</a>\n'
-                    "</body></html>\n")
+    page.write_text(
+        "<!DOCTYPE html><html><body>\n"
+        f'<a href="../../packages/demo-0.9.tar.gz">demo-0.9.tar.gz</a>\n'
+        f'<a href="../../packages/{filename}{fragment}">{filename}</a>\n'
+        "</body></html>\n"
+    )
     return root / "simple"
 
 
@@ -73,7 +75,7 @@ CLAIMED = "c" * 40
 
 
 @pytest.fixture
-def index(world: World, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def index(world: World, monkeypatch: pytest.MonkeyPatch):
     """A local simple index serving demo-1.0.tar.gz, selected with SGLFORGE_INDEX."""
     served = world.root / "pypi"
     sha = make_sdist(served / "packages" / "demo-1.0.tar.gz")
@@ -83,7 +85,7 @@ def index(world: World, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     return type("Index", (), {"root": served, "simple": simple, "sha": sha})
 
 
-def lock_of(world: World):  # noqa: ANN201
+def lock_of(world: World):
     return parse_lockfile(world.project / "lockfiles" / "upstreams.toml")
 
 
@@ -107,10 +109,13 @@ def test_sdist_is_fetched_through_the_index_and_exported_as_one_commit(world, in
     blob = run_git(tree.path, "cat-file", "-p", "HEAD:notes.txt")
     assert (tree.path / "notes.txt").read_bytes() == b"kept although .gitignore names it\r\n"
     assert blob.startswith("kept")
-    assert run_git(tree.path, "show", "-s", "--format=%ct %an", "HEAD") == \
-        f"{EPOCH} sglforge archive import"
-    assert tree.imported.embedded == {"vendor/lib": run_git(tree.path, "rev-parse",
-                                                            "HEAD:vendor/lib")}
+    assert (
+        run_git(tree.path, "show", "-s", "--format=%ct %an", "HEAD")
+        == f"{EPOCH} sglforge archive import"
+    )
+    assert tree.imported.embedded == {
+        "vendor/lib": run_git(tree.path, "rev-parse", "HEAD:vendor/lib")
+    }
     # the same pin always gives the same commit (fixed author, date, message)
     again = export_source(lock, "demo", world.root / "again", world.settings())
     assert again.commit == tree.commit and again.imported.tree == tree.imported.tree
@@ -119,11 +124,13 @@ def test_sdist_is_fetched_through_the_index_and_exported_as_one_commit(world, in
 def test_toolchain_index_setting_and_mirrors_apply(world, index, monkeypatch):
     monkeypatch.delenv("SGLFORGE_INDEX")
     (world.project / "lockfiles" / "toolchain.toml").write_text(
-        'cuda = "13.0"\npython = "3.12"\nindex = "https://pypi.example.invalid/simple"\n')
+        'cuda = "13.0"\npython = "3.12"\nindex = "https://pypi.example.invalid/simple"\n'
+    )
     from sglforge.inputs.settings import Mirror
 
-    settings = world.settings(mirrors=(Mirror("https://pypi.example.invalid/",
-                                              index.root.as_uri() + "/"),))
+    settings = world.settings(
+        mirrors=(Mirror("https://pypi.example.invalid/", index.root.as_uri() + "/"),)
+    )
     report = fetch_sources(lock_of(world), [], settings, offline=False)
     assert report.fetched == [f"demo sha256:{index.sha[:5]}"]
 
@@ -142,8 +149,9 @@ def test_wrong_sha256_is_expected_got_and_caches_nothing(world, index):
 
 
 def test_missing_file_on_the_index_names_what_was_expected(world, index):
-    world.write_lockfile(SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED)
-                         .replace("demo==1.0", "demo==2.0"))
+    world.write_lockfile(
+        SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED).replace("demo==1.0", "demo==2.0")
+    )
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock_of(world), [], world.settings(), offline=False)
     assert "expected demo-2.0.tar.gz on" in str(err.value)
@@ -167,12 +175,20 @@ def test_bundle_round_trip_without_the_index(world, index, capsys):
     assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle)]) == 0
     first = export_source(lock_of(world), "demo", world.root / "first", world.settings())
     shutil.rmtree(index.root)
-    args = ["--project", str(world.project), "--cache-dir", str(world.root / "other-cache"),
-            "--build-root", str(world.root / "other-build")]
+    args = [
+        "--project",
+        str(world.project),
+        "--cache-dir",
+        str(world.root / "other-cache"),
+        "--build-root",
+        str(world.root / "other-build"),
+    ]
     assert main(args + ["fetch", "--from-bundle", str(bundle)]) == 0
     out = capsys.readouterr().out
-    assert f"exported  demo -> {world.root / 'other-build/src/demo'} (archive as one commit, " \
-           f"tree {first.imported.tree}; dropped 1 .git path(s)" in out
+    assert (
+        f"exported  demo -> {world.root / 'other-build/src/demo'} (archive as one commit, "
+        f"tree {first.imported.tree}; dropped 1 .git path(s)" in out
+    )
     exported = world.root / "other-build/src/demo"
     assert run_git(exported, "rev-parse", "HEAD") == first.commit
 
@@ -181,10 +197,19 @@ def test_series_applies_to_the_archive_tree_and_plan_works(world, index, capsys)
     fetch_sources(lock_of(world), [], world.settings(), offline=False)
     scratch = export_source(lock_of(world), "demo", world.root / "scratch", world.settings())
     (scratch.path / "demo/__init__.py").write_text("VALUE = 2\n")
-    run_git(scratch.path, "commit", "-qam", "demo: value 2\n\nDescription: two\n"
-            "Origin: vendor\nForwarded: not-needed\nLast-Update: 2026-11-01\n",
-            env={"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@example.invalid",
-                 "GIT_COMMITTER_NAME": "Dev", "GIT_COMMITTER_EMAIL": "dev@example.invalid"})
+    run_git(
+        scratch.path,
+        "commit",
+        "-qam",
+        "demo: value 2\n\nDescription: two\n"
+        "Origin: vendor\nForwarded: not-needed\nLast-Update: 2026-11-01\n",
+        env={
+            "GIT_AUTHOR_NAME": "Dev",
+            "GIT_AUTHOR_EMAIL": "dev@example.invalid",
+            "GIT_COMMITTER_NAME": "Dev",
+            "GIT_COMMITTER_EMAIL": "dev@example.invalid",
+        },
+    )
     patch = run_git(scratch.path, "format-patch", "-1", "--stdout", "HEAD").encode() + b"\n"
     world.write_series("demo", ["0001-value.patch"], {"0001-value.patch": patch})
     assert main(world.cli_args() + ["patches", "check", "--offline", "demo"]) == 0
@@ -197,19 +222,26 @@ def test_series_applies_to_the_archive_tree_and_plan_works(world, index, capsys)
 
 
 def test_archive_root_and_embeds_are_checked(world, index):
-    world.write_lockfile(SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED)
-                         .replace('archive-root = "demo-1.0"', 'archive-root = "other-1.0"'))
+    world.write_lockfile(
+        SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED).replace(
+            'archive-root = "demo-1.0"', 'archive-root = "other-1.0"'
+        )
+    )
     fetch_sources(lock_of(world), [], world.settings(), offline=False)
     with pytest.raises(SglforgeError) as err:
         export_source(lock_of(world), "demo", world.root / "out", world.settings())
     assert "expected archive root 'other-1.0', got 'demo-1.0'" in str(err.value)
-    world.write_lockfile(SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED)
-                         .replace('path = "vendor/lib"', 'path = "vendor/none"'))
+    world.write_lockfile(
+        SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED).replace(
+            'path = "vendor/lib"', 'path = "vendor/none"'
+        )
+    )
     with pytest.raises(SglforgeError) as err:
         export_source(lock_of(world), "demo", world.root / "out", world.settings())
     assert "embeds 'vendor/none', but the archive has no such directory" in str(err.value)
     tree_pinned = SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED).replace(
-        f'claimed-commit = "{CLAIMED}"', f'claimed-commit = "{CLAIMED}", tree = "{"d" * 40}"')
+        f'claimed-commit = "{CLAIMED}"', f'claimed-commit = "{CLAIMED}", tree = "{"d" * 40}"'
+    )
     world.write_lockfile(tree_pinned)
     with pytest.raises(SglforgeError) as err:
         export_source(lock_of(world), "demo", world.root / "out", world.settings())
@@ -217,18 +249,29 @@ def test_archive_root_and_embeds_are_checked(world, index):
     assert not (world.root / "out").exists()
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ('name = "x"\nsdist = "x==1.0"\nurl = "https://example.invalid/x.tar.gz"\nsha256 = "%s"',
-     "give either 'url' (a tarball) or 'sdist'"),
-    ('name = "x"\nsdist = "x==1.0"\ncommit = "%s"' % ("a" * 40), "verified by its 'sha256'"),
-    ('name = "x"\nsdist = "x>=1.0"\nsha256 = "%s"', "is not an exact requirement"),
-    ('name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\nembeds = [{ path = "../up" }]',
-     "must be a relative path"),
-    ('name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\nembeds = [{ path = "a", commit = "b" }]',
-     "embeds[0], key 'commit'"),
-    ('name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\narchive-root = "a/b"',
-     "must be one directory name"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            'name = "x"\nsdist = "x==1.0"\nurl = "https://example.invalid/x.tar.gz"\nsha256 = "%s"',
+            "give either 'url' (a tarball) or 'sdist'",
+        ),
+        ('name = "x"\nsdist = "x==1.0"\ncommit = "%s"' % ("a" * 40), "verified by its 'sha256'"),
+        ('name = "x"\nsdist = "x>=1.0"\nsha256 = "%s"', "is not an exact requirement"),
+        (
+            'name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\nembeds = [{ path = "../up" }]',
+            "must be a relative path",
+        ),
+        (
+            'name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\nembeds = [{ path = "a", commit = "b" }]',
+            "embeds[0], key 'commit'",
+        ),
+        (
+            'name = "x"\nsdist = "x==1.0"\nsha256 = "%s"\narchive-root = "a/b"',
+            "must be one directory name",
+        ),
+    ],
+)
 def test_bad_archive_entries_are_errors_naming_the_key(world, entry, message):
     text = "[[source]]\n" + (entry % ("e" * 64) if "%s" in entry else entry) + "\n"
     world.write_lockfile(text)
@@ -242,14 +285,28 @@ def test_pep691_json_page_and_hostile_links(world, index):
 
     page = index.simple / "demo"
     (page / "index.html").unlink()
-    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.0"}, "files": [
-        {"filename": "demo-1.0.tar.gz", "url": "../../packages/demo-1.0.tar.gz",
-         "hashes": {"sha256": index.sha}}]}))
+    (page / "index.json").write_text(
+        json.dumps(
+            {
+                "meta": {"api-version": "1.0"},
+                "files": [
+                    {
+                        "filename": "demo-1.0.tar.gz",
+                        "url": "../../packages/demo-1.0.tar.gz",
+                        "hashes": {"sha256": index.sha},
+                    }
+                ],
+            }
+        )
+    )
     report = fetch_sources(lock_of(world), [], world.settings(), offline=False)
     assert report.fetched == [f"demo sha256:{index.sha[:5]}"]
     shutil.rmtree(world.cache)
-    (page / "index.json").write_text(json.dumps({"files": [
-        {"filename": "demo-1.0.tar.gz", "url": "ext::sh -c touch% /tmp/pwned"}]}))
+    (page / "index.json").write_text(
+        json.dumps(
+            {"files": [{"filename": "demo-1.0.tar.gz", "url": "ext::sh -c touch% /tmp/pwned"}]}
+        )
+    )
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock_of(world), [], world.settings(), offline=False)
     assert "links demo-1.0.tar.gz to 'ext::sh" in str(err.value)
@@ -263,10 +320,13 @@ def test_pinned_import_tree_and_a_top_directory_named_like_its_child(world, inde
     fetch_sources(lock_of(world), [], world.settings(), offline=False)
     first = export_source(lock_of(world), "demo", world.root / "a", world.settings())
     entry = SDIST_ENTRY.format(sha=index.sha, claimed=CLAIMED)
-    world.write_lockfile(entry.replace("archive-root", f'tree = "{first.imported.tree}"\n'
-                                                       "archive-root"))
-    assert export_source(lock_of(world), "demo", world.root / "b",
-                         world.settings()).imported.tree == first.imported.tree
+    world.write_lockfile(
+        entry.replace("archive-root", f'tree = "{first.imported.tree}"\narchive-root')
+    )
+    assert (
+        export_source(lock_of(world), "demo", world.root / "b", world.settings()).imported.tree
+        == first.imported.tree
+    )
     world.write_lockfile(entry.replace("archive-root", f'tree = "{"a" * 40}"\narchive-root'))
     with pytest.raises(SglforgeError) as err:
         export_source(lock_of(world), "demo", world.root / "c", world.settings())
@@ -277,10 +337,13 @@ def test_pinned_import_tree_and_a_top_directory_named_like_its_child(world, inde
     # the same name: that directory is content, not a second top to strip
     from tests.fixtures.gitrepos import make_tarball
 
-    sha = make_tarball(world.mirror / "dl/twice-1.0.tar.gz", "twice-1.0",
-                       {"twice-1.0/inner.txt": "x\n"})
-    world.write_lockfile(f'[[source]]\nname = "twice"\nurl = "{world.url("dl/twice-1.0.tar.gz")}"'
-                         f'\nsha256 = "{sha}"\narchive-root = "twice-1.0"\n')
+    sha = make_tarball(
+        world.mirror / "dl/twice-1.0.tar.gz", "twice-1.0", {"twice-1.0/inner.txt": "x\n"}
+    )
+    world.write_lockfile(
+        f'[[source]]\nname = "twice"\nurl = "{world.url("dl/twice-1.0.tar.gz")}"'
+        f'\nsha256 = "{sha}"\narchive-root = "twice-1.0"\n'
+    )
     fetch_sources(lock_of(world), [], world.settings(), offline=False)
     tree = export_source(lock_of(world), "twice", world.root / "t", world.settings())
     assert (tree.path / "twice-1.0" / "inner.txt").read_text() == "x\n"
@@ -295,5 +358,7 @@ def test_a_remote_index_cannot_point_at_local_files(world, index, monkeypatch):
     monkeypatch.setenv("SGLFORGE_INDEX", "https://pypi.example.invalid/simple")
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock_of(world), [], world.settings(), offline=False)
-    assert "links demo-1.0.tar.gz to 'file:///dev/zero': a remote index may only link to " \
-           "http(s) files" in str(err.value)
+    assert (
+        "links demo-1.0.tar.gz to 'file:///dev/zero': a remote index may only link to "
+        "http(s) files" in str(err.value)
+    )

@@ -23,14 +23,26 @@ from tests.fixtures.project import make_project
 
 HEAD, MID, TAIL = "Hq7Kx", "Mv2Jd", "Zw4Pm"
 MARKERS = (HEAD, MID, TAIL)
-PRINTABLE = string.printable.replace("\n", "").replace("\r", "").replace(
-    "\x0b", "").replace("\x0c", "").replace("\t", "")
+PRINTABLE = (
+    string.printable.replace("\n", "")
+    .replace("\r", "")
+    .replace("\x0b", "")
+    .replace("\x0c", "")
+    .replace("\t", "")
+)
 
-passwords = st.builds(lambda a, b: HEAD + a + MID + b + TAIL,
-                      st.text(PRINTABLE, max_size=12), st.text(PRINTABLE, max_size=12))
+passwords = st.builds(
+    lambda a, b: HEAD + a + MID + b + TAIL,
+    st.text(PRINTABLE, max_size=12),
+    st.text(PRINTABLE, max_size=12),
+)
 
-COMPILER_URLS = ("redis://:{pw}@127.0.0.1:6379/0", "redis://{pw}@cache.internal",
-                 "http://ci:{pw}@cache.internal:8080/ccache", "redis://u:{pw}@h:1/2")
+COMPILER_URLS = (
+    "redis://:{pw}@127.0.0.1:6379/0",
+    "redis://{pw}@cache.internal",
+    "http://ci:{pw}@cache.internal:8080/ccache",
+    "redis://u:{pw}@h:1/2",
+)
 WHEEL_URLS = ("https://ci:{pw}@cache.example/sglforge/", "http://{pw}@cache.example:81/w/")
 
 
@@ -74,8 +86,12 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string of printable ASCII is a TOML basic string
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(pw=passwords)
 def test_no_password_reaches_any_message(tmp_path: Path, pw: str) -> None:
     config = tmp_path / "config.toml"
@@ -84,16 +100,21 @@ def test_no_password_reaches_any_message(tmp_path: Path, pw: str) -> None:
             continue
         url = template.format(pw=pw)
         config.write_text(f"[compiler-cache]\nremote = {_toml_string(url)}\n")
-        for out in (_outputs(environ={"SGLFORGE_COMPILER_CACHE_REMOTE": url}),
-                    _outputs(config=config), _outputs(cli={"remote": url})):
+        for out in (
+            _outputs(environ={"SGLFORGE_COMPILER_CACHE_REMOTE": url}),
+            _outputs(config=config),
+            _outputs(cli={"remote": url}),
+        ):
             assert not _leaks("\n".join(out)), (url, out)
     for template in WHEEL_URLS:
         if _lone(template, pw):
             continue
         url = template.format(pw=pw)
         config.write_text(f"[wheel-cache]\nremote = {_toml_string(url)}\n")
-        for out in (_outputs(environ={"SGLFORGE_WHEEL_CACHE_REMOTE": url}),
-                    _outputs(config=config)):
+        for out in (
+            _outputs(environ={"SGLFORGE_WHEEL_CACHE_REMOTE": url}),
+            _outputs(config=config),
+        ):
             assert not _leaks("\n".join(out)), (url, out)
 
 
@@ -105,8 +126,11 @@ def test_the_examples_the_issue_names() -> None:
             if _lone(template, pw):
                 continue
             url = template.format(pw=pw)
-            var = ("SGLFORGE_WHEEL_CACHE_REMOTE" if template in WHEEL_URLS
-                   else "SGLFORGE_COMPILER_CACHE_REMOTE")
+            var = (
+                "SGLFORGE_WHEEL_CACHE_REMOTE"
+                if template in WHEEL_URLS
+                else "SGLFORGE_COMPILER_CACHE_REMOTE"
+            )
             out = "\n".join(_outputs(environ={var: url}))
             assert not _leaks(out), (url, out)
 
@@ -116,13 +140,13 @@ def test_config_verb_and_its_errors_show_no_password(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     args = [sys.executable, "-m", "sglforge", *project.args(), "config"]
     for pw in (HEAD + "p@ss/w?rd#" + TAIL, HEAD + "a b" + TAIL, HEAD + "12/3" + TAIL):
-        for var, url in (("SGLFORGE_COMPILER_CACHE_REMOTE", f"redis://:{pw}@127.0.0.1:1/0"),
-                         ("SGLFORGE_WHEEL_CACHE_REMOTE", f"http://u:{pw}@h/w/"),
-                         ("SGLFORGE_WHEEL_CACHE_REMOTE", f"http://u:{pw.replace(HEAD, '12/')}@h/")):
-            env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"),
-                       **{var: url})
-            result = subprocess.run(args, capture_output=True, text=True, env=env,
-                                    check=False)
+        for var, url in (
+            ("SGLFORGE_COMPILER_CACHE_REMOTE", f"redis://:{pw}@127.0.0.1:1/0"),
+            ("SGLFORGE_WHEEL_CACHE_REMOTE", f"http://u:{pw}@h/w/"),
+            ("SGLFORGE_WHEEL_CACHE_REMOTE", f"http://u:{pw.replace(HEAD, '12/')}@h/"),
+        ):
+            env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"), **{var: url})
+            result = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
             assert "Traceback" not in result.stderr
             assert not _leaks(result.stdout + result.stderr), (url, result)
 

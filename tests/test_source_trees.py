@@ -14,20 +14,26 @@ from tests.fixtures.gitrepos import Repo, local_patch, run_git
 from tests.fixtures.project import make_project
 
 
-def _apply_by_hand(mirror_repo, commit: str, patch: bytes, scratch) -> str:  # noqa: ANN001
+def _apply_by_hand(mirror_repo, commit: str, patch: bytes, scratch) -> str:
     """What a peer runs: clone, check out the pin, `git am` the series, `git write-tree`."""
     subprocess.run(["git", "clone", "--quiet", str(mirror_repo), str(scratch)], check=True)
     run_git(scratch, "checkout", "--quiet", "--detach", commit)
-    run_git(scratch, "am", "--quiet", input=patch, env={
-        "GIT_COMMITTER_NAME": "peer", "GIT_COMMITTER_EMAIL": "peer@example.invalid"})
+    run_git(
+        scratch,
+        "am",
+        "--quiet",
+        input=patch,
+        env={"GIT_COMMITTER_NAME": "peer", "GIT_COMMITTER_EMAIL": "peer@example.invalid"},
+    )
     return run_git(scratch, "write-tree")
 
 
-def test_patches_check_and_plan_print_the_trees(world, upstreams, capsys):  # noqa: F811
+def test_patches_check_and_plan_print_the_trees(world, upstreams, capsys):
     alpha = Repo.__new__(Repo)
     alpha.path, alpha.clock = world.mirror / "org/alpha", 1_800_000_000
-    patch = local_patch(alpha, upstreams.pinned, "alpha: value 3",
-                        {"src/alpha/__init__.py": "VALUE = 3\n"})
+    patch = local_patch(
+        alpha, upstreams.pinned, "alpha: value 3", {"src/alpha/__init__.py": "VALUE = 3\n"}
+    )
     world.write_series("alpha", ["0001-value.patch"], {"0001-value.patch": patch})
     assert main(world.cli_args() + ["plan"]) == 0
     before = capsys.readouterr().out
@@ -57,10 +63,13 @@ def test_build_records_the_tree_and_verify_checks_it(tmp_path):
     project = make_project(tmp_path, ("purepy",))
     repo = project.mirror / "org" / "purepy"
     patches = project.root / "patches" / "purepy"
-    upstreams.make_patch(repo, "0001-greeting.patch",
-                         {"src/purepy/__init__.py": 'GREETING = "hi"\n\n\ndef greet():\n'
-                                                    "    return GREETING\n"},
-                         "Say hi", patches)
+    upstreams.make_patch(
+        repo,
+        "0001-greeting.patch",
+        {"src/purepy/__init__.py": 'GREETING = "hi"\n\n\ndef greet():\n    return GREETING\n'},
+        "Say hi",
+        patches,
+    )
     (patches / "series").write_text("0001-greeting.patch\n")
     result = project.run("build")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -84,9 +93,11 @@ def test_build_records_the_tree_and_verify_checks_it(tmp_path):
     (project.root / "wheels" / "manifest.json").write_text(json.dumps(manifest))
     bad = project.run("verify", "--trees")
     assert bad.returncode == 1
-    assert (f"source tree of purepy changed under an unchanged patchset "
-            f"{entry['provenance']['series_sha256'][:8]}: expected tree {forged}, got "
-            f"{expected}") in bad.stdout
+    assert (
+        f"source tree of purepy changed under an unchanged patchset "
+        f"{entry['provenance']['series_sha256'][:8]}: expected tree {forged}, got "
+        f"{expected}"
+    ) in bad.stdout
     full = project.run("verify", "--out", str(tmp_path / "rebuilt"))
     assert full.returncode == 1, full.stdout + full.stderr
     assert "TREE" in full.stdout and f"expected tree {forged}, got {expected}" in full.stdout

@@ -17,7 +17,7 @@ from sglforge.sources.fetch import GitWant, fetch_commit, fetch_sources
 from tests.fixtures.gitrepos import run_git
 
 
-def lock_of(world):  # noqa: ANN001, ANN201
+def lock_of(world):
     return parse_lockfile(world.project / "lockfiles" / "upstreams.toml")
 
 
@@ -25,15 +25,13 @@ def test_fetch_verifies_and_exports_pinned_commit_with_submodule(world, upstream
     lock = lock_of(world)
     report = fetch_sources(lock, [], world.settings(), offline=False)
     assert sorted(x.split()[0] for x in report.fetched) == ["alpha", "alpha.beta", "alpha.gamma"]
-    tree = export_source(lock, "alpha", world.build_root / "src" / "alpha",
-                                 world.settings())
+    tree = export_source(lock, "alpha", world.build_root / "src" / "alpha", world.settings())
     # The export is at the pin, not at the branch head that moved on.
     assert run_git(tree.path, "rev-parse", "HEAD") == upstreams.pinned
     assert (tree.path / "src/alpha/__init__.py").read_text() == "VALUE = 1\n"
     assert (tree.path / "third_party/beta/beta.h").read_text() == "#define BETA 2\n"
     assert run_git(tree.path, "status", "--porcelain") == ""
-    gamma = export_source(lock, "alpha.gamma", world.build_root / "src" / "gamma",
-                                  world.settings())
+    gamma = export_source(lock, "alpha.gamma", world.build_root / "src" / "gamma", world.settings())
     assert (gamma.path / "gamma.h").read_text() == "int g;\n"  # top directory stripped
     again = fetch_sources(lock, [], world.settings(), offline=False)
     assert again.fetched == [] and len(again.cached) == 3
@@ -51,7 +49,7 @@ def test_submodule_pin_wins_over_upstream_gitlink(world, upstreams):
 
 def test_unpinned_submodule_is_an_error_with_the_entry_to_add(world, upstreams):
     text = (world.project / "lockfiles/upstreams.toml").read_text()
-    alpha_only = text.split("[[source]]\nname = \"alpha.beta\"")[0]
+    alpha_only = text.split('[[source]]\nname = "alpha.beta"')[0]
     world.write_lockfile(alpha_only)
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
@@ -82,8 +80,9 @@ def test_tree_mismatch_fails_closed(world, upstreams):
 def test_tarball_digest_mismatch_caches_nothing(world, upstreams):
     text = (world.project / "lockfiles/upstreams.toml").read_text()
     world.write_lockfile(text.replace(upstreams.gamma_sha, "0" * 64))
-    with pytest.raises(SglforgeError, match=f"expected sha256 {'0' * 64}, got "
-                                            f"{upstreams.gamma_sha}"):
+    with pytest.raises(
+        SglforgeError, match=f"expected sha256 {'0' * 64}, got {upstreams.gamma_sha}"
+    ):
         fetch_sources(lock_of(world), ["alpha"], world.settings(), offline=False)
     assert not any((world.cache / "tarballs").iterdir())
 
@@ -92,8 +91,12 @@ def test_offline_lists_exactly_what_is_missing(world, upstreams):
     lock = lock_of(world)
     cache = SourceCache(world.cache)
     with cache.locked():
-        fetch_commit(cache, GitWant(world.url("org/beta"), upstreams.beta_v2,
-                                                    "alpha.beta"), world.settings(), False)
+        fetch_commit(
+            cache,
+            GitWant(world.url("org/beta"), upstreams.beta_v2, "alpha.beta"),
+            world.settings(),
+            False,
+        )
     with pytest.raises(SglforgeError) as err:
         fetch_sources(lock, [], world.settings(), offline=True)
     message = str(err.value)
@@ -108,8 +111,14 @@ def test_bundle_round_trip_to_a_fresh_cache_without_the_mirror(world, upstreams,
     assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle)]) == 0
     shutil.rmtree(world.mirror)  # the air-gapped host cannot reach upstream
     fresh = world.root / "other-cache"
-    args = ["--project", str(world.project), "--cache-dir", str(fresh),
-            "--build-root", str(world.root / "other-build")]
+    args = [
+        "--project",
+        str(world.project),
+        "--cache-dir",
+        str(fresh),
+        "--build-root",
+        str(world.root / "other-build"),
+    ]
     assert main(args + ["fetch", "--from-bundle", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "imported" in out and "exported  alpha" in out
@@ -119,7 +128,7 @@ def test_bundle_round_trip_to_a_fresh_cache_without_the_mirror(world, upstreams,
     assert (world.root / "other-build/src/alpha.gamma/gamma.h").exists()
 
 
-def _shallow_world(world, upstreams):  # noqa: ANN001, ANN202
+def _shallow_world(world, upstreams):
     """alpha's pin plus a backport whose parent is a later commit (`moved`), bundled with
     --depth 1 and the mirror removed; returns (bundle, fix, digest)."""
     from sglforge.patching.backport import digest_of
@@ -136,15 +145,23 @@ def _shallow_world(world, upstreams):  # noqa: ANN001, ANN202
     digest = digest_of(cache.git_dir(url), fix)
     world.write_series("alpha", [f"backport {url} {fix} sha256={digest}"])
     bundle = world.root / "shallow.tar"
-    assert main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle),
-                                    "--depth", "1"]) == 0
+    assert (
+        main(world.cli_args() + ["fetch", "--no-export", "--bundle", str(bundle), "--depth", "1"])
+        == 0
+    )
     shutil.rmtree(world.mirror)
     return bundle, fix, digest
 
 
-def _other_host(world, name: str) -> list[str]:  # noqa: ANN001
-    return ["--project", str(world.project), "--cache-dir", str(world.root / f"{name}-cache"),
-            "--build-root", str(world.root / f"{name}-build")]
+def _other_host(world, name: str) -> list[str]:
+    return [
+        "--project",
+        str(world.project),
+        "--cache-dir",
+        str(world.root / f"{name}-cache"),
+        "--build-root",
+        str(world.root / f"{name}-build"),
+    ]
 
 
 def test_shallow_bundle_carries_pins_and_backport_parents_only(world, upstreams, capsys):
@@ -156,9 +173,16 @@ def test_shallow_bundle_carries_pins_and_backport_parents_only(world, upstreams,
     assert main(_other_host(world, "gpu") + ["fetch", "--from-bundle", str(bundle)]) == 0
     git_dir = SourceCache(world.root / "gpu-cache").git_dir(world.url("org/alpha"))
     assert sorted((git_dir / "shallow").read_text().split()) == sorted(
-        [upstreams.pinned, upstreams.moved])
-    assert subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "-e", initial],
-                          capture_output=True).returncode != 0  # history left behind
+        [upstreams.pinned, upstreams.moved]
+    )
+    assert (
+        subprocess.run(
+            ["git", "--git-dir", str(git_dir), "cat-file", "-e", initial],
+            check=False,
+            capture_output=True,
+        ).returncode
+        != 0
+    )  # history left behind
     exported = world.root / "gpu-build/src/alpha"
     assert run_git(exported, "rev-parse", "HEAD") == upstreams.pinned
     assert run_git(exported, "rev-list", "--count", "HEAD") == "1"
@@ -168,15 +192,14 @@ def test_shallow_bundle_carries_pins_and_backport_parents_only(world, upstreams,
     assert main(_other_host(world, "gpu") + ["patches", "check", "alpha"]) == 0, out
     # the shallow cache can be bundled again (its boundary travels) and imported
     again = world.root / "again.tar"
-    assert main(_other_host(world, "gpu") + ["fetch", "--no-export", "--bundle",
-                                             str(again)]) == 0
+    assert main(_other_host(world, "gpu") + ["fetch", "--no-export", "--bundle", str(again)]) == 0
     assert main(_other_host(world, "third") + ["fetch", "--from-bundle", str(again)]) == 0
-    assert run_git(world.root / "third-build/src/alpha", "rev-parse", "HEAD") == \
-        upstreams.pinned
+    assert run_git(world.root / "third-build/src/alpha", "rev-parse", "HEAD") == upstreams.pinned
 
 
-def test_a_shallow_claim_the_bundle_cannot_back_leaves_the_cache_as_it_was(world, upstreams,
-                                                                          capsys):
+def test_a_shallow_claim_the_bundle_cannot_back_leaves_the_cache_as_it_was(
+    world, upstreams, capsys
+):
     import io
     import json
     import tarfile
@@ -221,8 +244,9 @@ def test_export_replaces_only_on_success(world, upstreams):
     (dest / "local-edit").write_text("x")
     shutil.rmtree(world.cache / "tarballs")  # make the next export of gamma fail
     with pytest.raises(SglforgeError):
-        export_source(lock, "alpha.gamma", world.build_root / "src" / "alpha.gamma",
-                              world.settings())
+        export_source(
+            lock, "alpha.gamma", world.build_root / "src" / "alpha.gamma", world.settings()
+        )
     assert not (world.build_root / "src" / "alpha.gamma").exists()
     assert not [p for p in (world.build_root / "src").iterdir() if p.name.startswith(".")]
     export_source(lock, "alpha", dest, world.settings())
@@ -237,7 +261,10 @@ def test_cli_fetch_then_plan_offline(world, upstreams, capsys):
     assert "cached    alpha" in capsys.readouterr().out
     proc = subprocess.run(
         [sys.executable, "-m", "sglforge", "--project", str(world.project), "plan"],
-        capture_output=True, text=True)
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert upstreams.pinned in proc.stdout and "third_party/beta" in proc.stdout
 
@@ -257,10 +284,13 @@ def test_nested_submodules_are_fetched_and_placed_recursively(world):
     top_commit = top.commit("add mid")
     world.write_lockfile(
         source_entry("top", world.url("org/top"), top_commit)
-        + source_entry("top.mid", world.url("org/mid"), mid_commit, parent="top",
-                       path="third_party/mid")
-        + source_entry("top.mid.leaf", world.url("org/leaf"), leaf_commit, parent="top.mid",
-                       path="deps/leaf"))
+        + source_entry(
+            "top.mid", world.url("org/mid"), mid_commit, parent="top", path="third_party/mid"
+        )
+        + source_entry(
+            "top.mid.leaf", world.url("org/leaf"), leaf_commit, parent="top.mid", path="deps/leaf"
+        )
+    )
     lock = lock_of(world)
     fetch_sources(lock, ["top"], world.settings(), offline=False)
     tree = export_source(lock, "top", world.root / "top", world.settings())
@@ -271,8 +301,9 @@ def test_nested_submodules_are_fetched_and_placed_recursively(world):
 def test_plan_lists_series_entries_with_digests(world, upstreams, capsys):
     from tests.fixtures.gitrepos import local_patch
 
-    patch = local_patch(upstreams.alpha, upstreams.pinned, "Fix", {"src/alpha/__init__.py":
-                                                                   "VALUE = 3\n"})
+    patch = local_patch(
+        upstreams.alpha, upstreams.pinned, "Fix", {"src/alpha/__init__.py": "VALUE = 3\n"}
+    )
     world.write_series("alpha", ["0001-fix.patch"], {"0001-fix.patch": patch})
     import hashlib
 
@@ -289,8 +320,11 @@ def test_a_cached_archive_is_checked_again_at_export(world, upstreams):
     cached = world.cache / "tarballs" / upstreams.gamma_sha
     cached.write_bytes(cached.read_bytes() + b"x")  # damaged after the fetch verified it
     dest = world.build_root / "src" / "alpha.gamma"
-    with pytest.raises(SglforgeError, match=f"alpha.gamma: cached archive is corrupt: expected "
-                                            f"sha256 {upstreams.gamma_sha}, got [0-9a-f]{{64}}"):
+    with pytest.raises(
+        SglforgeError,
+        match=f"alpha.gamma: cached archive is corrupt: expected "
+        f"sha256 {upstreams.gamma_sha}, got [0-9a-f]{{64}}",
+    ):
         export_source(lock, "alpha.gamma", dest, world.settings())
     cached.unlink()
     with pytest.raises(SglforgeError, match="not in the cache; run `nox -s fetch` first"):

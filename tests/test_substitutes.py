@@ -33,15 +33,18 @@ def _substitute_dir(base: Path, message: str = SUBSTITUTE_MESSAGE) -> Path:
     return sub
 
 
-def _configure(project, sub: Path, reason: str = "the archive is not reachable here") -> None:  # noqa: ANN001
-    project.config.write_text(f'[substitutes."fcdemo.greetdep"]\npath = "{sub}"\n'
-                              f'reason = "{reason}"\n')
+def _configure(project, sub: Path, reason: str = "the archive is not reachable here") -> None:
+    project.config.write_text(
+        f'[substitutes."fcdemo.greetdep"]\npath = "{sub}"\nreason = "{reason}"\n'
+    )
 
 
 def _tree_by_hand(files: Path, scratch: Path) -> str:
     repo = Repo(scratch)
-    repo.commit("by hand", {str(p.relative_to(files)): p.read_text()
-                            for p in sorted(files.rglob("*")) if p.is_file()})
+    repo.commit(
+        "by hand",
+        {str(p.relative_to(files)): p.read_text() for p in sorted(files.rglob("*")) if p.is_file()},
+    )
     return run_git(repo.path, "rev-parse", "HEAD^{tree}")
 
 
@@ -74,6 +77,7 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     # the bundle carries the pinned sources only, and says what it left out
     assert f"fcdemo.greetdep: NOT bundled, SUBSTITUTED by {sub} here" in fetched.stdout
     import tarfile
+
     with tarfile.open(bundle) as archive:
         assert not [n for n in archive.getnames() if n.startswith("tarballs/")]
     plan = project.run("plan", cache=fresh)
@@ -94,10 +98,14 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     assert entry["provenance"]["content_key"] != pinned_entry["provenance"]["content_key"]
     expected_tree = _tree_by_hand(sub, tmp_path / "by-hand")
     [record] = entry["provenance"]["substitutes"]
-    assert record == {"name": "fcdemo.greetdep", "pinned": f"sha256:{sha}",
-                      "url": f"{upstreams.MIRROR_PREFIX}dl/greetdep-1.0.tar.gz",
-                      "tree": expected_tree, "path": str(sub),
-                      "reason": "the archive is not reachable here"}
+    assert record == {
+        "name": "fcdemo.greetdep",
+        "pinned": f"sha256:{sha}",
+        "url": f"{upstreams.MIRROR_PREFIX}dl/greetdep-1.0.tar.gz",
+        "tree": expected_tree,
+        "path": str(sub),
+        "reason": "the archive is not reachable here",
+    }
     assert entry["provenance"]["sources"][0]["tree"] == expected_tree
     # verify --trees re-derives the substitute's tree (and, like the build, records nothing)
     trees = project.run("verify", "--trees", cache=fresh)
@@ -112,9 +120,10 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     differs = project.run("verify", "--trees", cache=fresh)
     edited.write_bytes(original)
     assert differs.returncode != 0
-    assert (f"substituted input fcdemo.greetdep: the wheel was built from a [substitutes] "
-            f"directory with tree {expected_tree} ({sub}); the one here has tree ") in \
-        differs.stdout + differs.stderr, differs.stdout + differs.stderr
+    assert (
+        f"substituted input fcdemo.greetdep: the wheel was built from a [substitutes] "
+        f"directory with tree {expected_tree} ({sub}); the one here has tree "
+    ) in differs.stdout + differs.stderr, differs.stdout + differs.stderr
     assert "changed under an unchanged patchset" not in differs.stdout + differs.stderr
 
     # another directory content is another wheel
@@ -122,13 +131,21 @@ def test_substitute_is_compiled_labelled_recorded_and_never_fetched(tmp_path: Pa
     again = project.run("build", cache=fresh)
     assert again.returncode == 0, again.stdout + again.stderr
     [changed] = project.manifest()["wheels"]
-    assert changed["version"] != entry["version"] and changed["provenance"]["content_key"] != entry["provenance"]["content_key"]
+    assert (
+        changed["version"] != entry["version"]
+        and changed["provenance"]["content_key"] != entry["provenance"]["content_key"]
+    )
 
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
-    return subprocess.run([sys.executable, "-m", "sglforge", "--project", str(root), *args],
-                          capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -138,15 +155,25 @@ def substituted_stack(tmp_path: Path) -> Path:
 
     original = test_publish.provenance
 
-    def stamped(name, version, archs):  # noqa: ANN001, ANN202
+    def stamped(name, version, archs):
         stamp = original(name, version, archs)
         if name != "sglang":
             return stamp
         import dataclasses
 
-        return dataclasses.replace(stamp, substitutes=({
-            "name": "sglang.dep", "pinned": "sha256:" + "0" * 64, "url": "https://x.invalid/d",
-            "tree": "1" * 40, "path": "/srv/subst/dep", "reason": "unreachable"},))
+        return dataclasses.replace(
+            stamp,
+            substitutes=(
+                {
+                    "name": "sglang.dep",
+                    "pinned": "sha256:" + "0" * 64,
+                    "url": "https://x.invalid/d",
+                    "tree": "1" * 40,
+                    "path": "/srv/subst/dep",
+                    "reason": "unreachable",
+                },
+            ),
+        )
 
     test_publish.provenance = stamped
     try:
@@ -155,24 +182,29 @@ def substituted_stack(tmp_path: Path) -> Path:
         test_publish.provenance = original
 
 
-def test_publish_and_bundle_refuse_a_substituted_wheel(substituted_stack: Path,
-                                                       tmp_path: Path) -> None:
+def test_publish_and_bundle_refuse_a_substituted_wheel(
+    substituted_stack: Path, tmp_path: Path
+) -> None:
     root = substituted_stack
-    published = _cli(root, "publish", str(tmp_path / "index"), "--wheelhouse",
-                     str(root / "wheelhouse"))
+    published = _cli(
+        root, "publish", str(tmp_path / "index"), "--wheelhouse", str(root / "wheelhouse")
+    )
     assert published.returncode == 2, published.stdout + published.stderr
     assert "built with substituted inputs (sglang.dep" in published.stderr
     assert "Traceback" not in published.stderr
     assert not (tmp_path / "index" / "files").exists() or not any(
-        (tmp_path / "index" / "files").iterdir())
-    bundled = _cli(root, "bundle", "--wheelhouse", str(root / "wheelhouse"), "--out",
-                   str(tmp_path / "bundle"))
+        (tmp_path / "index" / "files").iterdir()
+    )
+    bundled = _cli(
+        root, "bundle", "--wheelhouse", str(root / "wheelhouse"), "--out", str(tmp_path / "bundle")
+    )
     assert bundled.returncode == 2, bundled.stdout + bundled.stderr
     assert "bundle: refused" in bundled.stderr and "sglang.dep" in bundled.stderr
 
 
 def test_promote_refuses_a_substituted_wheel_even_if_the_receipt_hides_it(
-        substituted_stack: Path, tmp_path: Path) -> None:
+    substituted_stack: Path, tmp_path: Path
+) -> None:
     from sglforge.wheel import index
     from sglforge.wheel.bundle import cached_sha256
 
@@ -182,14 +214,23 @@ def test_promote_refuses_a_substituted_wheel_even_if_the_receipt_hides_it(
     # planted straight into the candidate index (publish would have refused it)
     files, _ = [], None
     for path in sorted((root / "wheels").glob("*.whl")) + sorted(
-            (root / "wheelhouse").glob("*.whl")):
+        (root / "wheelhouse").glob("*.whl")
+    ):
         files.append(index.describe_wheel(path, cached_sha256(path)))
     index.write_index(index.LocalTarget(dest / "candidate"), files)
     ws = wheel_set(root / "lockfiles" / "wheels.lock", (root / "wheels", root / "wheelhouse"))
     receipt = tmp_path / "receipt.json"
     checks = [{"name": "equivalence", "passed": True, "enforced": True}]
-    base = {"kind": KIND, "schema": SCHEMA, "result": "pass", "failure": None,
-            "gates_passed": True, "wheel_set": ws, "checks": checks, "limitations": []}
+    base = {
+        "kind": KIND,
+        "schema": SCHEMA,
+        "result": "pass",
+        "failure": None,
+        "gates_passed": True,
+        "wheel_set": ws,
+        "checks": checks,
+        "limitations": [],
+    }
     receipt.write_text(json.dumps(base))  # says nothing of the substitution
     hidden = _cli(root, "promote", str(dest), "--receipt", str(receipt), "--to", "stable")
     assert hidden.returncode == 2, hidden.stdout + hidden.stderr
@@ -198,27 +239,40 @@ def test_promote_refuses_a_substituted_wheel_even_if_the_receipt_hides_it(
     receipt.write_text(json.dumps({**base, "substituted": {"sglang": ["sglang.dep"]}}))
     said = _cli(root, "promote", str(dest), "--receipt", str(receipt), "--to", "stable")
     assert said.returncode == 2
-    assert "the qualified stack holds wheels built with substituted inputs (sglang: " \
-           "sglang.dep)" in said.stderr
+    assert (
+        "the qualified stack holds wheels built with substituted inputs (sglang: "
+        "sglang.dep)" in said.stderr
+    )
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ('[substitutes."fcdemo.greetdep"]\npath = "relative/dir"\nreason = "r"\n',
-     "key 'path' (line 2): 'relative/dir' must be an absolute path"),
-    ('[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\n',
-     "missing required key 'reason'"),
-    ('[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\nreason = "  "\n',
-     "must say why the pinned source cannot be used"),
-    ('[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\nreason = "r"\npaht = "/y"\n',
-     "key 'paht' (line 4): unknown key"),
-    ('[substitutes]\n"fcdemo.greetdep" = "/srv/x"\n', "must be a table with path and reason"),
-    ('[substitutes."fcdemo"]\npath = "/srv/x"\nreason = "r"\n',
-     "'fcdemo' is not a FetchContent input in"),
-    ('[substitutes."fcdemo.nosuch"]\npath = "/srv/x"\nreason = "r"\n',
-     "(FetchContent inputs: fcdemo.greetdep)"),
-])
-def test_bad_substitute_config_is_a_clear_error(tmp_path: Path, table: str,
-                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            '[substitutes."fcdemo.greetdep"]\npath = "relative/dir"\nreason = "r"\n',
+            "key 'path' (line 2): 'relative/dir' must be an absolute path",
+        ),
+        ('[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\n', "missing required key 'reason'"),
+        (
+            '[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\nreason = "  "\n',
+            "must say why the pinned source cannot be used",
+        ),
+        (
+            '[substitutes."fcdemo.greetdep"]\npath = "/srv/x"\nreason = "r"\npaht = "/y"\n',
+            "key 'paht' (line 4): unknown key",
+        ),
+        ('[substitutes]\n"fcdemo.greetdep" = "/srv/x"\n', "must be a table with path and reason"),
+        (
+            '[substitutes."fcdemo"]\npath = "/srv/x"\nreason = "r"\n',
+            "'fcdemo' is not a FetchContent input in",
+        ),
+        (
+            '[substitutes."fcdemo.nosuch"]\npath = "/srv/x"\nreason = "r"\n',
+            "(FetchContent inputs: fcdemo.greetdep)",
+        ),
+    ],
+)
+def test_bad_substitute_config_is_a_clear_error(tmp_path: Path, table: str, message: str) -> None:
     project = make_project(tmp_path, ("fcdemo",))
     project.config.write_text(table)
     result = project.run("fetch", "--no-export")
@@ -248,20 +302,30 @@ def test_a_smoke_receipt_names_substituted_wheels(tmp_path: Path) -> None:
     from sglforge.wheel.channels import Channel, judge_receipt
     from tests.smoke.conftest import provenance
 
-    stamped = dataclasses.replace(provenance("sglang-kernel", "0.4.4+x", ["sm_90a"]),
-                                  substitutes=({"name": "sglang-kernel.repo-triton"},))
-    env = SimpleNamespace(packages=[
-        SimpleNamespace(name="sglang-kernel", provenance=stamped),
-        SimpleNamespace(name="sglang", provenance=provenance("sglang", "0.5.15", [])),
-        SimpleNamespace(name="torch", provenance=None)])
+    stamped = dataclasses.replace(
+        provenance("sglang-kernel", "0.4.4+x", ["sm_90a"]),
+        substitutes=({"name": "sglang-kernel.repo-triton"},),
+    )
+    env = SimpleNamespace(
+        packages=[
+            SimpleNamespace(name="sglang-kernel", provenance=stamped),
+            SimpleNamespace(name="sglang", provenance=provenance("sglang", "0.5.15", [])),
+            SimpleNamespace(name="torch", provenance=None),
+        ]
+    )
     assert substituted_wheels(env) == {"sglang-kernel": ["sglang-kernel.repo-triton"]}
     assert substituted_wheels(None) == {}
-    receipt = SimpleNamespace(data={"result": "pass", "checks": [],
-                                    "substituted": substituted_wheels(env)},
-                              check=lambda name: None)
+    receipt = SimpleNamespace(
+        data={"result": "pass", "checks": [], "substituted": substituted_wheels(env)},
+        check=lambda name: None,
+    )
     problems = judge_receipt(receipt, Channel(name="stable", promote_from="candidate"))
-    assert problems == ["the qualified stack holds wheels built with substituted inputs "
-                        "(sglang-kernel: sglang-kernel.repo-triton): local use only"]
+    assert problems == [
+        (
+            "the qualified stack holds wheels built with substituted inputs "
+            "(sglang-kernel: sglang-kernel.repo-triton): local use only"
+        )
+    ]
 
 
 def test_exported_inputs_are_readable_by_the_build_user(tmp_path: Path) -> None:

@@ -27,8 +27,10 @@ def _write_target(root: Path, text: str, name: str = "verify") -> None:
 
 def test_target_build_differs_in_key_label_and_place_not_in_pins(tmp_path):
     project = make_project(tmp_path, ("purepy",))
-    _write_target(project.root, 'description = "second target"\n'
-                                '[recipe.purepy]\nlocal-version = "cpu2.{patchset8}"\n')
+    _write_target(
+        project.root,
+        'description = "second target"\n[recipe.purepy]\nlocal-version = "cpu2.{patchset8}"\n',
+    )
     product = project.run("build")
     assert product.returncode == 0, product.stdout + product.stderr
     lock_before = project.root.joinpath("lockfiles", "wheels.lock").read_text()
@@ -64,8 +66,10 @@ def test_target_overrides_archs_and_is_validated_as_a_recipe(tmp_path):
     project = make_project(tmp_path, ("cudaext",))
     lock = parse_lockfile(project.root / "lockfiles" / "upstreams.toml")
     toolchain = load_toolchain(project.root / "lockfiles" / "toolchain.toml")
-    _write_target(project.root, '[recipe.cudaext]\ncuda-archs = ["sm_90a"]\n'
-                                'local-version = "sm90.cu{cuda}.{patchset8}"\n')
+    _write_target(
+        project.root,
+        '[recipe.cudaext]\ncuda-archs = ["sm_90a"]\nlocal-version = "sm90.cu{cuda}.{patchset8}"\n',
+    )
     product = load_recipes(project.root / "recipes", lock, toolchain)["cudaext"]
     target = load_target(project.root, "verify")
     h200 = load_recipes(project.root / "recipes", lock, toolchain, target)["cudaext"]
@@ -76,8 +80,7 @@ def test_target_overrides_archs_and_is_validated_as_a_recipe(tmp_path):
 
     _write_target(project.root, '[recipe.cudaext]\ncuda-archs = ["sm_90a"]\n')  # label sm120
     with pytest.raises(SglforgeError) as err:
-        load_recipes(project.root / "recipes", lock, toolchain, load_target(project.root,
-                                                                            "verify"))
+        load_recipes(project.root / "recipes", lock, toolchain, load_target(project.root, "verify"))
     assert "the label names sm120 but cuda-archs (sm_90a)" in str(err.value)
     _write_target(project.root, '[recipe.cudaext]\nupstream = "other"\n')
     with pytest.raises(SglforgeError) as err:
@@ -86,12 +89,12 @@ def test_target_overrides_archs_and_is_validated_as_a_recipe(tmp_path):
     _write_target(project.root, '[recipe.cudaext]\ncuda-archs = "sm_90a"\n')
     with pytest.raises(SglforgeError) as err:
         load_target(project.root, "verify")
-    assert "verify.toml" in str(err.value) and "[recipe.cudaext], key 'cuda-archs' (line 2)" \
-        in str(err.value)
+    assert "verify.toml" in str(err.value) and "[recipe.cudaext], key 'cuda-archs' (line 2)" in str(
+        err.value
+    )
     _write_target(project.root, '[recipe.nosuch]\ncuda-archs = ["sm_90a"]\n')
     with pytest.raises(SglforgeError) as err:
-        load_recipes(project.root / "recipes", lock, toolchain, load_target(project.root,
-                                                                            "verify"))
+        load_recipes(project.root / "recipes", lock, toolchain, load_target(project.root, "verify"))
     assert "[recipe.nosuch]: no recipe named 'nosuch'" in str(err.value)
     with pytest.raises(SglforgeError) as err:
         load_target(project.root, "h100")

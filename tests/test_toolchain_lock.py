@@ -43,22 +43,32 @@ def test_the_committed_lock_matches_toolchain_toml_and_pins_torch_with_its_cuda_
     assert not build & set(deps)  # shared dependencies stay at [build]'s versions
     # the cp312 manylinux_2_28 x86_64 wheel, installed by `nox -s build` (issue 22): its
     # torch/version.py says 2.11.0+cu130, cuda '13.0'
-    assert "0f68f4ac6d95d12e896c3b7a912b5871619542ec54d3649cf48cc1edd4dd2756" in \
-        lock.get("torch").hashes
+    assert (
+        "0f68f4ac6d95d12e896c3b7a912b5871619542ec54d3649cf48cc1edd4dd2756"
+        in lock.get("torch").hashes
+    )
 
 
 def test_torch_lock_entry_may_lack_the_local_label_but_not_differ_otherwise(tmp_path):
-    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "l", f"""\
+    lock = toolchain_lock.parse_lock(
+        write_lock(
+            tmp_path / "l",
+            f"""\
 # [torch]
 torch==2.13.0 --hash=sha256:{H1}
-"""))
+""",
+        )
+    )
     assert toolchain_lock.check_against_pins(lock, {"torch": "2.13.0+cu130"}) == []
     assert toolchain_lock.check_against_pins(lock, {"torch": "2.13.1+cu130"}) == [
-        "torch: toolchain.toml pins 2.13.1+cu130, l has 2.13.0 (line 2)"]
-    cpu = toolchain_lock.parse_lock(write_lock(
-        tmp_path / "c", f"# [torch]\ntorch==2.13.0+cpu --hash=sha256:{H1}\n"))
+        "torch: toolchain.toml pins 2.13.1+cu130, l has 2.13.0 (line 2)"
+    ]
+    cpu = toolchain_lock.parse_lock(
+        write_lock(tmp_path / "c", f"# [torch]\ntorch==2.13.0+cpu --hash=sha256:{H1}\n")
+    )
     assert toolchain_lock.check_against_pins(cpu, {"torch": "2.13.0+cu130"}) == [
-        "torch: toolchain.toml pins 2.13.0+cu130, c has 2.13.0+cpu (line 2)"]
+        "torch: toolchain.toml pins 2.13.0+cu130, c has 2.13.0+cpu (line 2)"
+    ]
 
 
 UV_BUILD = f"""\
@@ -81,25 +91,28 @@ typing-extensions==4.16.0 \\
 
 
 def test_assemble_splits_torch_from_its_dependencies_and_keeps_build(tmp_path):
-    assert toolchain_lock.constraints(UV_BUILD) == \
-        "setuptools==80.9.0\ntyping-extensions==4.16.0\n"
+    assert toolchain_lock.constraints(UV_BUILD) == "setuptools==80.9.0\ntyping-extensions==4.16.0\n"
     pins = {"python": "3.12", "torch": "2.13.0+cu130"}
     text = toolchain_lock.assemble(UV_BUILD, UV_TORCH, None, pins)
     lock = toolchain_lock.parse_lock(write_lock(tmp_path / "toolchain.lock", text))
     assert {k: [e.name for e in v] for k, v in lock.sections.items()} == {
-        "build": ["setuptools", "typing-extensions"], "torch-deps": ["nvidia-nccl-cu13"],
-        "torch": ["torch"]}
+        "build": ["setuptools", "typing-extensions"],
+        "torch-deps": ["nvidia-nccl-cu13"],
+        "torch": ["torch"],
+    }
     assert lock.get("torch").hashes == (H1, H2)
     assert "torch==2.13.0 from https://pypi.org/simple" in text
     assert "torch/version.py" in text  # says where the variant is checked
     assert all(len(line) <= 100 for line in text.splitlines() if line.startswith("#"))
     # an existing lock as the build input: its [build] section is kept, the rest replaced
     again = toolchain_lock.assemble(text, UV_TORCH, None, pins)
-    assert again == text and toolchain_lock.constraints(text) == \
-        toolchain_lock.constraints(UV_BUILD)
+    assert again == text and toolchain_lock.constraints(text) == toolchain_lock.constraints(
+        UV_BUILD
+    )
     variant = f"torch==2.13.0+cu130 \\\n    --hash=sha256:{'c' * 64}\n"
-    other = toolchain_lock.assemble(UV_BUILD, UV_TORCH, variant,
-                                    dict(pins, **{"torch-index": "https://t.example/cu130"}))
+    other = toolchain_lock.assemble(
+        UV_BUILD, UV_TORCH, variant, dict(pins, **{"torch-index": "https://t.example/cu130"})
+    )
     lock = toolchain_lock.parse_lock(write_lock(tmp_path / "other.lock", other))
     assert lock.get("torch").version == "2.13.0+cu130"
     assert lock.get("torch").hashes == ("c" * 64,)
@@ -115,7 +128,10 @@ def test_printed_regeneration_commands_follow_toolchain_toml(capsys):
 
 
 def test_parse_lock_sections_continuations_and_errors(tmp_path):
-    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "ok.lock", f"""\
+    lock = toolchain_lock.parse_lock(
+        write_lock(
+            tmp_path / "ok.lock",
+            f"""\
 # comment
 # [build]
 setuptools==80.9.0 \\
@@ -123,12 +139,16 @@ setuptools==80.9.0 \\
     --hash=sha256:{H2}
 # [torch]
 torch==2.13.0+cu130 --hash=sha256:{H1}
-"""))
+""",
+        )
+    )
     assert lock.get("setuptools").hashes == (H1, H2)
     assert lock.get("torch").version == "2.13.0+cu130"
-    bad = write_lock(tmp_path / "bad.lock", f"wheel==1 --hash=sha256:{H1}\n# [build]\n"
-                                            "packaging==25.0\nnumpy>=2 --hash=sha256:" + H1
-                                            + "\n# [extras]\n")
+    bad = write_lock(
+        tmp_path / "bad.lock",
+        f"wheel==1 --hash=sha256:{H1}\n# [build]\n"
+        "packaging==25.0\nnumpy>=2 --hash=sha256:" + H1 + "\n# [extras]\n",
+    )
     with pytest.raises(toolchain_lock.LockError) as error:
         toolchain_lock.parse_lock(bad)
     text = str(error.value)
@@ -139,34 +159,45 @@ torch==2.13.0+cu130 --hash=sha256:{H1}
 
 
 def test_lock_disagreeing_with_a_pin_is_named(tmp_path):
-    lock = toolchain_lock.parse_lock(write_lock(
-        tmp_path / "l", f"# [build]\nsetuptools==80.0.0 --hash=sha256:{H1}\n"))
+    lock = toolchain_lock.parse_lock(
+        write_lock(tmp_path / "l", f"# [build]\nsetuptools==80.0.0 --hash=sha256:{H1}\n")
+    )
     problems = toolchain_lock.check_against_pins(lock, {"setuptools": "80.9.0", "ninja": "1"})
-    assert problems == ["ninja==1: not in l",
-                        "setuptools: toolchain.toml pins 80.9.0, l has 80.0.0 (line 2)"]
+    assert problems == [
+        "ninja==1: not in l",
+        "setuptools: toolchain.toml pins 80.9.0, l has 80.0.0 (line 2)",
+    ]
 
 
 def test_install_plan_torch_only_when_needed_each_section_its_own_index(tmp_path, monkeypatch):
     monkeypatch.delenv("SGLFORGE_INDEX", raising=False)
     monkeypatch.delenv("SGLFORGE_TORCH_INDEX", raising=False)
-    lock = toolchain_lock.parse_lock(write_lock(tmp_path / "l", f"""\
+    lock = toolchain_lock.parse_lock(
+        write_lock(
+            tmp_path / "l",
+            f"""\
 # [build]
 setuptools==80.9.0 --hash=sha256:{H1}
 # [torch-deps]
 sympy==1.14.0 --hash=sha256:{H1}
 # [torch]
 torch==2.13.0+cu130 --hash=sha256:{H2}
-"""))
+""",
+        )
+    )
     plan = toolchain_lock.install_plan(lock, False, None, "https://t.example/cu130")
     assert [p[0] for p in plan] == ["build"]
     options = plan[0][1]
     assert {"--require-hashes", "--no-deps"} <= set(options)
     assert options[-2:] == ["--index-url", toolchain_lock.DEFAULT_INDEX]
-    plan = toolchain_lock.install_plan(lock, True, "https://mirror.example/simple",
-                                       "https://t.example/cu130")
+    plan = toolchain_lock.install_plan(
+        lock, True, "https://mirror.example/simple", "https://t.example/cu130"
+    )
     assert [(p[0], p[1][-1]) for p in plan] == [
-        ("build", "https://mirror.example/simple"), ("torch-deps", "https://mirror.example/simple"),
-        ("torch", "https://t.example/cu130")]
+        ("build", "https://mirror.example/simple"),
+        ("torch-deps", "https://mirror.example/simple"),
+        ("torch", "https://t.example/cu130"),
+    ]
     assert not any("--extra-index-url" in p[1] for p in plan)
     monkeypatch.setenv("SGLFORGE_TORCH_INDEX", "https://other.example/torch")
     plan = toolchain_lock.install_plan(lock, True, None, "https://t.example/cu130")
@@ -188,10 +219,12 @@ def _tiny_wheel(directory: Path, name: str, version: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     wheel = directory / f"{name}-{version}-py3-none-any.whl"
     dist = f"{name}-{version}.dist-info"
-    files = {f"{name}/__init__.py": f"VERSION = {version!r}\n",
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                              "Tag: py3-none-any\n"}
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
     record = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
     with zipfile.ZipFile(wheel, "w") as archive:
         for member, text in {**files, f"{dist}/RECORD": record}.items():
@@ -206,25 +239,37 @@ def test_install_takes_only_the_hashed_file_from_the_given_index(tmp_path, monke
     good = _tiny_wheel(tmp_path / "torch-index", "fakelib", "2.13.0+cu130")
     digest = hashlib.sha256(good.read_bytes()).hexdigest()
     _tiny_wheel(tmp_path / "elsewhere", "fakelib", "2.13.0+cpu")
-    lock = toolchain_lock.parse_lock(write_lock(
-        tmp_path / "l", f"# [torch]\nfakelib==2.13.0+cu130 --hash=sha256:{digest}\n"))
+    lock = toolchain_lock.parse_lock(
+        write_lock(tmp_path / "l", f"# [torch]\nfakelib==2.13.0+cu130 --hash=sha256:{digest}\n")
+    )
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"file://{tmp_path / 'elsewhere'}")
-    [command] = toolchain_lock.install_commands(sys.executable, lock, True, None,
-                                                str(tmp_path / "torch-index"), tmp_path / "req")
+    [command] = toolchain_lock.install_commands(
+        sys.executable, lock, True, None, str(tmp_path / "torch-index"), tmp_path / "req"
+    )
     assert command[command.index("--find-links") + 1] == str(tmp_path / "torch-index")
     target = tmp_path / "site"
-    ok = subprocess.run([*command, "--target", str(target), "--no-compile"],
-                        env=toolchain_lock.pip_env(), capture_output=True, text=True,
-                        check=False)
+    ok = subprocess.run(
+        [*command, "--target", str(target), "--no-compile"],
+        env=toolchain_lock.pip_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "2.13.0+cu130" in (target / "fakelib" / "__init__.py").read_text()
-    wrong = toolchain_lock.parse_lock(write_lock(
-        tmp_path / "w", f"# [torch]\nfakelib==2.13.0+cu130 --hash=sha256:{H1}\n"))
-    [command] = toolchain_lock.install_commands(sys.executable, wrong, True, None,
-                                                str(tmp_path / "torch-index"), tmp_path / "req2")
-    bad = subprocess.run([*command, "--target", str(tmp_path / "site2"), "--no-compile"],
-                         env=toolchain_lock.pip_env(), capture_output=True, text=True,
-                         check=False)
+    wrong = toolchain_lock.parse_lock(
+        write_lock(tmp_path / "w", f"# [torch]\nfakelib==2.13.0+cu130 --hash=sha256:{H1}\n")
+    )
+    [command] = toolchain_lock.install_commands(
+        sys.executable, wrong, True, None, str(tmp_path / "torch-index"), tmp_path / "req2"
+    )
+    bad = subprocess.run(
+        [*command, "--target", str(tmp_path / "site2"), "--no-compile"],
+        env=toolchain_lock.pip_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode != 0 and "hash" in bad.stderr.lower()
     assert not (tmp_path / "site2" / "fakelib").exists()
 
@@ -241,24 +286,24 @@ hip: Optional[str] = None
 """
 
 
-def fake_torch(site: Path, dist_version: str, version: str | None,
-               cuda: str | None = "13.0") -> Path:
+def fake_torch(
+    site: Path, dist_version: str, version: str | None, cuda: str | None = "13.0"
+) -> Path:
     """An "installed torch" without torch: its dist-info, and torch/version.py unless None."""
     dist = site / f"torch-{dist_version}.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.4\nName: torch\n"
-                                   f"Version: {dist_version}\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.4\nName: torch\nVersion: {dist_version}\n")
     if version is not None:
         (site / "torch").mkdir()
-        (site / "torch" / "version.py").write_text(VERSION_PY.format(version=version,
-                                                                     cuda=cuda))
+        (site / "torch" / "version.py").write_text(VERSION_PY.format(version=version, cuda=cuda))
     return site
 
 
 def _toolchain(tmp_path: Path):
     (tmp_path / "toolchain.toml").write_text(
         f'cuda = "13.0"\npython = "{sys.version_info.major}.{sys.version_info.minor}"\n'
-        'torch = "2.13.0+cu130"\n[build-requires]\n')
+        'torch = "2.13.0+cu130"\n[build-requires]\n'
+    )
     return load_toolchain(tmp_path / "toolchain.toml")
 
 
@@ -266,8 +311,9 @@ def _toolchain(tmp_path: Path):
 def test_installed_cu130_torch_passes_read_from_files(tmp_path, monkeypatch, dist_version):
     site = fake_torch(tmp_path / "site", dist_version, "2.13.0+cu130")
     found = toolchain_mod.installed_torch([str(site)])
-    assert found == toolchain_mod.InstalledTorch(dist_version, site / "torch" / "version.py",
-                                                 "2.13.0+cu130", "13.0")
+    assert found == toolchain_mod.InstalledTorch(
+        dist_version, site / "torch" / "version.py", "2.13.0+cu130", "13.0"
+    )
     assert toolchain_mod.torch_problem("2.13.0+cu130", found) is None
     monkeypatch.syspath_prepend(str(site))
     found = toolchain_mod.fingerprint(_toolchain(tmp_path), None, ["torch"])
@@ -275,20 +321,44 @@ def test_installed_cu130_torch_passes_read_from_files(tmp_path, monkeypatch, dis
     assert "torch" not in sys.modules  # read, never imported
 
 
-@pytest.mark.parametrize(("dist_version", "version", "cuda", "message"), [
-    ("2.13.0+cpu", "2.13.0+cpu", None,
-     r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(its metadata Version\)"),
-    ("2.13.0", "2.13.0+cpu", None,  # a CPU build without the label in its metadata
-     (r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(.*version\.py: "
-      r"__version__ = '2\.13\.0\+cpu', cuda = None\)")),
-    ("2.12.0", "2.12.0+cu130", "13.0",
-     r"torch: pinned 2\.13\.0\+cu130, installed 2\.12\.0 \(its metadata Version\)"),
-    ("2.13.0", "2.13.0+cu130", "12.8",
-     (r"pinned 2\.13\.0\+cu130 \(CUDA 13\.0\), but the installed build says otherwise "
-      r"\(.*cuda = '12\.8'\)")),
-])
-def test_installed_torch_of_another_build_is_refused(tmp_path, monkeypatch, dist_version,
-                                                     version, cuda, message):
+@pytest.mark.parametrize(
+    ("dist_version", "version", "cuda", "message"),
+    [
+        (
+            "2.13.0+cpu",
+            "2.13.0+cpu",
+            None,
+            r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(its metadata Version\)",
+        ),
+        (
+            "2.13.0",
+            "2.13.0+cpu",
+            None,  # a CPU build without the label in its metadata
+            (
+                r"torch: pinned 2\.13\.0\+cu130, installed 2\.13\.0\+cpu \(.*version\.py: "
+                r"__version__ = '2\.13\.0\+cpu', cuda = None\)"
+            ),
+        ),
+        (
+            "2.12.0",
+            "2.12.0+cu130",
+            "13.0",
+            r"torch: pinned 2\.13\.0\+cu130, installed 2\.12\.0 \(its metadata Version\)",
+        ),
+        (
+            "2.13.0",
+            "2.13.0+cu130",
+            "12.8",
+            (
+                r"pinned 2\.13\.0\+cu130 \(CUDA 13\.0\), but the installed build says otherwise "
+                r"\(.*cuda = '12\.8'\)"
+            ),
+        ),
+    ],
+)
+def test_installed_torch_of_another_build_is_refused(
+    tmp_path, monkeypatch, dist_version, version, cuda, message
+):
     site = fake_torch(tmp_path / "site", dist_version, version, cuda)
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(SglforgeError, match=message):
@@ -301,7 +371,8 @@ def test_installed_torch_without_version_py_fails_clearly(tmp_path, monkeypatch)
     assert found.version is None and found.cuda is None
     assert toolchain_mod.torch_problem("2.13.0+cu130", found) == (
         f"torch: pinned 2.13.0+cu130, installed 2.13.0 has no {site / 'torch' / 'version.py'}"
-        ", so its CUDA variant is unknown (reinstall torch)")
+        ", so its CUDA variant is unknown (reinstall torch)"
+    )
     monkeypatch.syspath_prepend(str(site))
     with pytest.raises(SglforgeError, match="has no .*version.py, so its CUDA variant"):
         toolchain_mod.fingerprint(_toolchain(tmp_path), None, ["torch"])
@@ -309,17 +380,23 @@ def test_installed_torch_without_version_py_fails_clearly(tmp_path, monkeypatch)
 
 
 def test_toolchain_toml_index_keys_are_read(tmp_path):
-    (tmp_path / "t.toml").write_text('cuda = "13.0"\npython = "3.12"\n'
-                                     'torch = "2.13.0+cu130"\nindex = "https://m.example/simple"\n'
-                                     'torch-index = "https://t.example/cu130"\n')
+    (tmp_path / "t.toml").write_text(
+        'cuda = "13.0"\npython = "3.12"\n'
+        'torch = "2.13.0+cu130"\nindex = "https://m.example/simple"\n'
+        'torch-index = "https://t.example/cu130"\n'
+    )
     data = tomllib.loads((tmp_path / "t.toml").read_text())
     toolchain = load_toolchain(tmp_path / "t.toml")
     assert toolchain.index == data["index"] and toolchain.torch_index == data["torch-index"]
 
 
 def test_build_requirements_name_torch_as_the_index_does():
-    out = subprocess.run([sys.executable, "-m", "sglforge", "build-requirements",
-                          "sglang-kernel"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "sglforge", "build-requirements", "sglang-kernel"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "torch==2.11.0\n" in out and "torch==2.11.0+cu130\n" not in out
     assert "# torch: only from https://pypi.org/simple" in out

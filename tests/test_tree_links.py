@@ -55,25 +55,40 @@ def test_copy_keeps_inside_links_as_links_and_files_with_their_modes(tmp_path):
     (src / ".git" / "HEAD").write_text("ref\n")
     copy_tree_inside(src, tmp_path / "dest", "pin", ignore=(".git",))
     dest = tmp_path / "dest"
-    assert {p: os.readlink(dest / p) for p in ("alias.py", "pkg/sub/up.py", "pkgdir",
-                                               "chain.py", "dangling")} == {
-        "alias.py": "pkg/a.py", "pkg/sub/up.py": "../a.py", "pkgdir": "pkg",
-        "chain.py": "pkgdir/sub/b.py", "dangling": "nowhere"}
+    assert {
+        p: os.readlink(dest / p)
+        for p in ("alias.py", "pkg/sub/up.py", "pkgdir", "chain.py", "dangling")
+    } == {
+        "alias.py": "pkg/a.py",
+        "pkg/sub/up.py": "../a.py",
+        "pkgdir": "pkg",
+        "chain.py": "pkgdir/sub/b.py",
+        "dangling": "nowhere",
+    }
     assert (dest / "pkg" / "sub" / "b.py").read_text() == "b = 2\n"
     assert stat.S_IMODE((dest / "run.sh").stat().st_mode) == 0o755
     assert not (dest / ".git").exists()
 
 
-@pytest.mark.parametrize(("links", "message"), [
-    ({"leak": "/etc"}, "pin: leak is a symlink to '/etc' (absolute or empty)"),
-    ({"pkg/up": "../../outside"}, "pin: pkg/up is a symlink to '../../outside', which climbs "
-                                  "above the tree root"),
-    ({"pkg/sub/far": "../../../outside/secret"}, "pin: pkg/sub/far is a symlink to "
-                                                 "'../../../outside/secret', which climbs"),
-    ({"a": "pkg/b", "pkg/b": "/etc/passwd"},
-     "pin: a is a symlink to 'pkg/b', which goes through the symlink pkg/b -> /etc/passwd"),
-    ({"x": "y", "y": "x"}, "which goes through the symlink"),
-])
+@pytest.mark.parametrize(
+    ("links", "message"),
+    [
+        ({"leak": "/etc"}, "pin: leak is a symlink to '/etc' (absolute or empty)"),
+        (
+            {"pkg/up": "../../outside"},
+            ("pin: pkg/up is a symlink to '../../outside', which climbs above the tree root"),
+        ),
+        (
+            {"pkg/sub/far": "../../../outside/secret"},
+            ("pin: pkg/sub/far is a symlink to '../../../outside/secret', which climbs"),
+        ),
+        (
+            {"a": "pkg/b", "pkg/b": "/etc/passwd"},
+            "pin: a is a symlink to 'pkg/b', which goes through the symlink pkg/b -> /etc/passwd",
+        ),
+        ({"x": "y", "y": "x"}, "which goes through the symlink"),
+    ],
+)
 def test_copy_refuses_every_link_leading_out(tmp_path, links, message):
     src = _tree(tmp_path / "src")
     _outside(tmp_path)
@@ -106,8 +121,10 @@ def test_path_inside_follows_inside_links_and_refuses_a_way_out(tmp_path):
     os.symlink("../outside", root / "out")
     with pytest.raises(SglforgeError) as caught:
         path_inside(root, "out/secret", "pin")
-    assert "pin: out/secret goes through the symlink out -> ../outside, which then climbs " \
-           "above the tree root" in str(caught.value)
+    assert (
+        "pin: out/secret goes through the symlink out -> ../outside, which then climbs "
+        "above the tree root" in str(caught.value)
+    )
 
 
 # -- submodules: never written through a link of the parent's tree --------------------------
@@ -115,18 +132,21 @@ def test_path_inside_follows_inside_links_and_refuses_a_way_out(tmp_path):
 
 def _submodule_case(tmp_path: Path, path: str) -> tuple[object, SourceCache]:
     repo = tmp_path / "subrepo"
-    commit = upstreams.make_repo(repo, {"post-applypatch": "#!/bin/sh\necho hooked\n",
-                                        "lib.c": "int x;\n"})
+    commit = upstreams.make_repo(
+        repo, {"post-applypatch": "#!/bin/sh\necho hooked\n", "lib.c": "int x;\n"}
+    )
     cache = SourceCache(tmp_path / "cache")
     url = "https://example.invalid/org/sub"
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo), str(cache.git_dir(url))],
-                   check=True)
+    subprocess.run(
+        ["git", "clone", "--quiet", "--bare", str(repo), str(cache.git_dir(url))], check=True
+    )
     lockfile = tmp_path / "upstreams.toml"
     lockfile.write_text(
         f'[[source]]\nname = "up"\nurl = "https://example.invalid/org/up"\n'
         f'commit = "{"1" * 40}"\n\n'
         f'[[source]]\nname = "up.sub"\nparent = "up"\npath = "{path}"\nurl = "{url}"\n'
-        f'commit = "{commit}"\n')
+        f'commit = "{commit}"\n'
+    )
     return parse_lockfile(lockfile), cache
 
 
@@ -139,8 +159,10 @@ def test_submodule_is_not_placed_through_a_link_out_of_the_tree(tmp_path):
     os.symlink(outside, tree / "third_party")
     with pytest.raises(SglforgeError) as caught:
         _place_submodules(lock, cache, lock.get("up"), tree)
-    assert "up.sub: cannot place submodule at third_party/sub: third_party is a symlink " \
-           f"(to '{outside}') in 'up'" in str(caught.value)
+    assert (
+        "up.sub: cannot place submodule at third_party/sub: third_party is a symlink "
+        f"(to '{outside}') in 'up'" in str(caught.value)
+    )
     assert list(outside.iterdir()) == []
 
 
@@ -148,8 +170,9 @@ def test_submodule_is_not_placed_among_gits_own_files(tmp_path):
     lock, cache = _submodule_case(tmp_path, ".git/hooks")
     tree = tmp_path / "tree"
     (tree / ".git" / "hooks").mkdir(parents=True)  # empty: no sample hooks installed
-    with pytest.raises(SglforgeError, match="cannot place submodule at .git/hooks: inside "
-                                            "'.git' of 'up'"):
+    with pytest.raises(
+        SglforgeError, match="cannot place submodule at .git/hooks: inside '.git' of 'up'"
+    ):
         _place_submodules(lock, cache, lock.get("up"), tree)
     assert list((tree / ".git" / "hooks").iterdir()) == []
 
@@ -157,8 +180,7 @@ def test_submodule_is_not_placed_among_gits_own_files(tmp_path):
 # -- a substitute: checked again while it is copied -------------------------------------------
 
 
-def test_substitute_link_out_made_after_the_check_is_refused_by_the_copy(tmp_path,
-                                                                        monkeypatch):
+def test_substitute_link_out_made_after_the_check_is_refused_by_the_copy(tmp_path, monkeypatch):
     directory = _tree(tmp_path / "sub")
     os.symlink("pkg/a.py", directory / "alias.py")
     linked = tmp_path / "configured"

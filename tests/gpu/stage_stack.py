@@ -49,36 +49,82 @@ from pathlib import Path
 # sglang 0.5.15 is the torch 2.11 generation (the H200 hosts run torch 2.11.0+cu130); the
 # rest is what its launch path imports (RECIPE.md), pinned where sglang pins.
 PINS = [
-    "sglang==0.5.15", "sglang-kernel==0.4.4", "flashinfer-python==0.6.12",
-    "nixl-cu13==1.5.1", "nixl==1.5.1", "sglang-router==0.3.2", "transformers==5.12.1",
-    "tokenizers==0.22.2", "apache-tvm-ffi==0.1.11", "fastapi==0.120.4", "starlette==0.49.3",
-    "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
-    "typing-inspection==0.4.5", "annotated-doc==0.0.7", "typing-extensions==4.16.0",
-    "uvicorn==0.54.0", "orjson==3.13.0", "pyzmq==27.3.0", "msgspec==0.23.0",
-    "setproctitle==1.3.8", "python-multipart==0.0.34", "pybase64==1.5.1",
-    "partial-json-parser==0.2.1.1.post7", "interegular==0.3.3", "distro==1.9.0",
-    "easydict==1.14", "zstandard==0.25.0", "ipython==9.18.1", "traitlets==5.16.1",
-    "dill==0.4.1", "openai==2.6.1", "jiter==0.19.0", "sniffio==1.3.1", "jsonschema==4.26.0",
-    "referencing==0.37.0", "rpds-py==2026.9.1", "jsonschema-specifications==2025.9.1",
-    "soundfile==0.13.1", "cffi==2.1.1", "pycparser==3.12", "compressed-tensors==0.20.1",
-    "gguf==0.19.0", "loguru==0.7.3",
+    "sglang==0.5.15",
+    "sglang-kernel==0.4.4",
+    "flashinfer-python==0.6.12",
+    "nixl-cu13==1.5.1",
+    "nixl==1.5.1",
+    "sglang-router==0.3.2",
+    "transformers==5.12.1",
+    "tokenizers==0.22.2",
+    "apache-tvm-ffi==0.1.11",
+    "fastapi==0.120.4",
+    "starlette==0.49.3",
+    "pydantic==2.14.4",
+    "pydantic-core==2.50.5",
+    "annotated-types==0.8.0",
+    "typing-inspection==0.4.5",
+    "annotated-doc==0.0.7",
+    "typing-extensions==4.16.0",
+    "uvicorn==0.54.0",
+    "orjson==3.13.0",
+    "pyzmq==27.3.0",
+    "msgspec==0.23.0",
+    "setproctitle==1.3.8",
+    "python-multipart==0.0.34",
+    "pybase64==1.5.1",
+    "partial-json-parser==0.2.1.1.post7",
+    "interegular==0.3.3",
+    "distro==1.9.0",
+    "easydict==1.14",
+    "zstandard==0.25.0",
+    "ipython==9.18.1",
+    "traitlets==5.16.1",
+    "dill==0.4.1",
+    "openai==2.6.1",
+    "jiter==0.19.0",
+    "sniffio==1.3.1",
+    "jsonschema==4.26.0",
+    "referencing==0.37.0",
+    "rpds-py==2026.9.1",
+    "jsonschema-specifications==2025.9.1",
+    "soundfile==0.13.1",
+    "cffi==2.1.1",
+    "pycparser==3.12",
+    "compressed-tensors==0.20.1",
+    "gguf==0.19.0",
+    "loguru==0.7.3",
 ]
-PLATFORMS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
-             "manylinux_2_26_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
-             # sglforge's own native builds (sgl-deep-gemm) are tagged for this host's
-             # platform, not manylinux: they run where they were built against the same glibc
-             "linux_x86_64"]
-TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
-          *[a for p in PLATFORMS for a in ("--platform", p)]]
+PLATFORMS = [
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+    # sglforge's own native builds (sgl-deep-gemm) are tagged for this host's
+    # platform, not manylinux: they run where they were built against the same glibc
+    "linux_x86_64",
+]
+TARGET = [
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--only-binary=:all:",
+    *[a for p in PLATFORMS for a in ("--platform", p)],
+]
 # What an H200 PD pair does not load (RECIPE.md "Slimming"), relative to site/.
 DROP = [
-    "sgl_kernel/flash_ops.abi3.so",      # FA3, 1.76 GB; the profiles use triton attention
-    "sgl_kernel/flashmla_ops.abi3.so",   # MLA models only
-    "sgl_kernel/sm100",                  # Blackwell build; an H200 loads sm90/common_ops
-    "flashinfer/data/cutlass",           # JIT headers the norm/rope kernels do not include
+    "sgl_kernel/flash_ops.abi3.so",  # FA3, 1.76 GB; the profiles use triton attention
+    "sgl_kernel/flashmla_ops.abi3.so",  # MLA models only
+    "sgl_kernel/sm100",  # Blackwell build; an H200 loads sm90/common_ops
+    "flashinfer/data/cutlass",  # JIT headers the norm/rope kernels do not include
     "flashinfer/data/spdlog",
-    "nixl_ep_cu13",                      # NIXL-EP for torch 2.12-2.14, not used by SGLang PD
+    "nixl_ep_cu13",  # NIXL-EP for torch 2.12-2.14, not used by SGLang PD
     "sglang/multimodal_gen",
 ]
 STRIP = ["sglang_router", "zstandard", "tokenizers", "libucx"]  # extension modules and
@@ -89,12 +135,21 @@ STRIP = ["sglang_router", "zstandard", "tokenizers", "libucx"]  # extension modu
 # times (libucp.so, .so.0, .so.0.0.0: a zip has no links), which `dedupe_libraries` turns back
 # into one file and two links. 150 MB unpacked -> 17 MB.
 LIBUCX_DROP = ["libucx/bin", "libucx/include", "libucx/lib/cmake", "libucx/lib/pkgconfig"]
-LIBUCX_DROP_GLOBS = ["libucx/lib/**/*.a", "libucx/lib/**/*.la",
-                     "libucx/lib/ucx/libucx_perftest_cuda.*"]
+LIBUCX_DROP_GLOBS = [
+    "libucx/lib/**/*.a",
+    "libucx/lib/**/*.la",
+    "libucx/lib/ucx/libucx_perftest_cuda.*",
+]
 LIBUCX_DIRS = ["libucx/lib", "libucx/lib/ucx"]
 NIXL_LIB_DIRS = [".nixl_cu13.mesonpy.libs", "nixl_cu13.libs"]
-NIXL_ROOTS = ["nixl_cu13/_bindings", "nixl_cu13/_utils", "libplugin_UCX",
-              "ucx/libuct_cuda", "ucx/libuct_cma", "ucx/libucm_cuda"]
+NIXL_ROOTS = [
+    "nixl_cu13/_bindings",
+    "nixl_cu13/_utils",
+    "libplugin_UCX",
+    "ucx/libuct_cuda",
+    "ucx/libuct_cma",
+    "ucx/libucm_cuda",
+]
 
 
 def canonical(name: str) -> str:
@@ -117,8 +172,21 @@ def download(wheels: Path, pins: list[str] = PINS) -> None:
     have = {wheel_name(p) + "==" + p.name.split("-")[1] for p in wheels.glob("*.whl")}
     todo = [p for p in pins if canonical(p.split("==")[0]) + "==" + p.split("==")[1] not in have]
     if todo:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", *TARGET,
-                        "-d", str(wheels), *todo], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                *TARGET,
+                "-d",
+                str(wheels),
+                *todo,
+            ],
+            check=True,
+        )
 
 
 def provenance_of(wheel: Path) -> dict | None:
@@ -137,16 +205,20 @@ def closure(site: Path) -> set[Path]:
     index: dict[str, Path] = {}
     for path in files:
         index.setdefault(path.name, path)
-    todo = [p for p in files if any(r in str(p.relative_to(site)) for r in NIXL_ROOTS)
-            and ".so" in p.name]
+    todo = [
+        p
+        for p in files
+        if any(r in str(p.relative_to(site)) for r in NIXL_ROOTS) and ".so" in p.name
+    ]
     seen: set[Path] = set()
     while todo:
         path = todo.pop()
         if path in seen:
             continue
         seen.add(path)
-        out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True,
-                             check=False).stdout
+        out = subprocess.run(
+            ["readelf", "-d", str(path)], capture_output=True, text=True, check=False
+        ).stdout
         for needed in re.findall(r"\(NEEDED\).*\[(.+?)\]", out):
             if needed in index:
                 todo.append(index[needed])
@@ -178,8 +250,11 @@ def trim_libucx(site: Path) -> dict[str, int]:
         return removed
 
     def size(path: Path) -> int:
-        return sum(p.lstat().st_size for p in ([path] if path.is_file() else path.rglob("*"))
-                   if p.is_file())
+        return sum(
+            p.lstat().st_size
+            for p in ([path] if path.is_file() else path.rglob("*"))
+            if p.is_file()
+        )
 
     for relative in LIBUCX_DROP:
         path = site / relative
@@ -194,7 +269,8 @@ def trim_libucx(site: Path) -> dict[str, int]:
                 path.unlink()
     removed["libucx static/libtool/perftest files"] = dropped
     removed["libucx duplicate library copies (now links)"] = sum(
-        dedupe_libraries(site / d) for d in LIBUCX_DIRS if (site / d).is_dir())
+        dedupe_libraries(site / d) for d in LIBUCX_DIRS if (site / d).is_dir()
+    )
     return removed
 
 
@@ -234,8 +310,11 @@ def trim(site: Path) -> dict[str, int]:
 def write_lock(out: Path, chosen: dict[str, tuple[Path, str]]) -> None:
     """wheels.lock: one hash pin per staged wheel, its origin in a comment above it; and
     wheels/: exactly those wheel files (hard links where the file system allows)."""
-    lines = ["# The H200 smoke stack staged by tests/gpu/stage_stack.py: every wheel installed",
-             "# into site/, by sha256. Origin per wheel: built by sglforge, or from PyPI.", ""]
+    lines = [
+        "# The H200 smoke stack staged by tests/gpu/stage_stack.py: every wheel installed",
+        "# into site/, by sha256. Origin per wheel: built by sglforge, or from PyPI.",
+        "",
+    ]
     wheels = out / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
     wheels.mkdir()
@@ -247,8 +326,11 @@ def write_lock(out: Path, chosen: dict[str, tuple[Path, str]]) -> None:
             note = f"built by sglforge ({prov.get('upstream')}@{str(prov.get('commit'))[:12]})"
         else:
             note = "from PyPI"
-        lines += [f"# {name}: {note}", f"{name}=={version} \\",
-                  f"    --hash=sha256:{sha256(wheel)}"]
+        lines += [
+            f"# {name}: {note}",
+            f"{name}=={version} \\",
+            f"    --hash=sha256:{sha256(wheel)}",
+        ]
         try:
             os.link(wheel, wheels / wheel.name)
         except OSError:
@@ -257,8 +339,12 @@ def write_lock(out: Path, chosen: dict[str, tuple[Path, str]]) -> None:
 
 
 def manifest_entry(wheel: Path, origin: str, name: str) -> dict:
-    entry = {"version": wheel.name.split("-")[1], "origin": origin, "wheel": wheel.name,
-             "sha256": sha256(wheel)}
+    entry = {
+        "version": wheel.name.split("-")[1],
+        "origin": origin,
+        "wheel": wheel.name,
+        "sha256": sha256(wheel),
+    }
     if origin == "pypi":
         entry["index"] = f"https://pypi.org/project/{name}/{entry['version']}/"
     else:
@@ -267,19 +353,39 @@ def manifest_entry(wheel: Path, origin: str, name: str) -> dict:
 
 
 def pip_install(site: Path, wheels: list[Path]) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--no-index", *TARGET, "--target", str(site), *map(str, wheels)],
-                   check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            "--no-index",
+            *TARGET,
+            "--target",
+            str(site),
+            *map(str, wheels),
+        ],
+        check=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
 
 
 def pack(out: Path) -> Path:
     archive = out / "site.tar.xz"
     if shutil.which("xz"):  # multi-threaded: minutes instead of a quarter hour
         with open(archive, "wb") as sink:
-            tar = subprocess.Popen(["tar", "-C", str(out), "-cf", "-", "site"],
-                                   stdout=subprocess.PIPE)
-            subprocess.run(["xz", "-9", f"-T{os.cpu_count() or 1}", "-c"], stdin=tar.stdout,
-                           stdout=sink, check=True)
+            tar = subprocess.Popen(
+                ["tar", "-C", str(out), "-cf", "-", "site"], stdout=subprocess.PIPE
+            )
+            subprocess.run(
+                ["xz", "-9", f"-T{os.cpu_count() or 1}", "-c"],
+                stdin=tar.stdout,
+                stdout=sink,
+                check=True,
+            )
             if tar.wait() != 0:
                 raise SystemExit("tar failed")
     else:
@@ -311,9 +417,14 @@ def add_to(out: Path, wheels: list[Path]) -> int:
         entry["added_on_gpu_host"] = True
         manifest["packages"][name] = entry
         prov = entry["provenance"] or {}
-        lock += [f"# {name}: built by sglforge ({prov.get('upstream')}@"
-                 f"{str(prov.get('commit'))[:12]}) on this host, added by --add-to",
-                 f"{name}=={entry['version']} \\", f"    --hash=sha256:{entry['sha256']}"]
+        lock += [
+            (
+                f"# {name}: built by sglforge ({prov.get('upstream')}@"
+                f"{str(prov.get('commit'))[:12]}) on this host, added by --add-to"
+            ),
+            f"{name}=={entry['version']} \\",
+            f"    --hash=sha256:{entry['sha256']}",
+        ]
     manifest["trimmed_bytes_added"] = removed
     manifest["unpacked_bytes"] = sum(p.lstat().st_size for p in site.rglob("*") if p.is_file())
     manifest["packages"] = dict(sorted(manifest["packages"].items()))
@@ -323,8 +434,10 @@ def add_to(out: Path, wheels: list[Path]) -> int:
         path.write_text(text)
     for path in (site / "wheels.lock", out / "wheels.lock"):
         path.write_text("\n".join(lock) + "\n")
-    print(f"{site}: added {', '.join(w.name for w in wheels)}; "
-          f"{manifest['unpacked_bytes'] / 1e6:.0f} MB unpacked")
+    print(
+        f"{site}: added {', '.join(w.name for w in wheels)}; "
+        f"{manifest['unpacked_bytes'] / 1e6:.0f} MB unpacked"
+    )
     return 0
 
 
@@ -332,17 +445,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--wheels", type=Path, help="PyPI wheel cache (staging)")
-    parser.add_argument("--sglforge-wheel", type=Path, action="append", default=[],
-                        help="a wheel sglforge built; replaces the PyPI wheel of that name")
-    parser.add_argument("--extra-pin", action="append", default=[], metavar="NAME==VERSION",
-                        help="one more PyPI wheel (e.g. libucx-cu13==1.22.0, which sglforge's "
-                             "nixl-cu13 loads UCX from)")
-    parser.add_argument("--without", action="append", default=[], metavar="NAME",
-                        help="stage no wheel of NAME: it is built on the GPU host and added "
-                             "there with --add-to")
-    parser.add_argument("--add-to", action="store_true",
-                        help="OUT holds a staged, unpacked site/: add the --sglforge-wheel "
-                             "wheels to it (on the GPU host)")
+    parser.add_argument(
+        "--sglforge-wheel",
+        type=Path,
+        action="append",
+        default=[],
+        help="a wheel sglforge built; replaces the PyPI wheel of that name",
+    )
+    parser.add_argument(
+        "--extra-pin",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="one more PyPI wheel (e.g. libucx-cu13==1.22.0, which sglforge's "
+        "nixl-cu13 loads UCX from)",
+    )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="stage no wheel of NAME: it is built on the GPU host and added there with --add-to",
+    )
+    parser.add_argument(
+        "--add-to",
+        action="store_true",
+        help="OUT holds a staged, unpacked site/: add the --sglforge-wheel "
+        "wheels to it (on the GPU host)",
+    )
     parser.add_argument("--no-download", action="store_true")
     args = parser.parse_args()
     if args.add_to:
@@ -376,9 +506,14 @@ def main() -> int:
     pip_install(site, [w for w, _ in chosen.values()])
     unpacked = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
     removed = trim(site)
-    manifest = {"python": "cp312", "platform": "manylinux x86_64", "purpose":
-                "H200 PD smoke stack on top of the host's torch 2.11.0+cu130 venv",
-                "packages": {}, "trimmed_bytes": removed, "unpacked_bytes_before_trim": unpacked}
+    manifest = {
+        "python": "cp312",
+        "platform": "manylinux x86_64",
+        "purpose": "H200 PD smoke stack on top of the host's torch 2.11.0+cu130 venv",
+        "packages": {},
+        "trimmed_bytes": removed,
+        "unpacked_bytes_before_trim": unpacked,
+    }
     if without:
         manifest["to_add"] = sorted(without)  # built and added on the GPU host (--add-to)
     for name, (wheel, origin) in sorted(chosen.items()):
@@ -389,10 +524,12 @@ def main() -> int:
     write_lock(out, chosen)
     shutil.copy(out / "wheels.lock", site / "wheels.lock")
     archive = pack(out)
-    print(f"{archive}: {archive.stat().st_size / 1e6:.1f} MB "
-          f"({manifest['unpacked_bytes'] / 1e6:.0f} MB unpacked); "
-          f"sglforge-built: {[n for n, (_, o) in chosen.items() if o == 'sglforge']}"
-          + (f"; to add on the GPU host: {sorted(without)}" if without else ""))
+    print(
+        f"{archive}: {archive.stat().st_size / 1e6:.1f} MB "
+        f"({manifest['unpacked_bytes'] / 1e6:.0f} MB unpacked); "
+        f"sglforge-built: {[n for n, (_, o) in chosen.items() if o == 'sglforge']}"
+        + (f"; to add on the GPU host: {sorted(without)}" if without else "")
+    )
     return 0
 
 

@@ -33,8 +33,14 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest.decode()}"
 
 
-def make_wheel(directory: Path, name: str, version: str, provenance: Provenance | None,
-               requires: list[str] = (), requires_python: str | None = None) -> Path:
+def make_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    provenance: Provenance | None,
+    requires: list[str] = (),
+    requires_python: str | None = None,
+) -> Path:
     """A minimal, valid, pure-Python wheel (RECORD with hashes) pip will install."""
     module = name.replace("-", "_")
     dist_info = f"{module}-{version}.dist-info"
@@ -43,9 +49,10 @@ def make_wheel(directory: Path, name: str, version: str, provenance: Provenance 
         f"{dist_info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             + (f"Requires-Python: {requires_python}\n" if requires_python else "")
-            + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+            + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ).encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sglforge-tests\n"
-                              b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     if provenance is not None:
         provenance.write(files, dist_info)
@@ -67,11 +74,17 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def provenance(upstream: str, version: str, archs: list[str],
-               torch: str | None = None) -> Provenance:
-    return Provenance(upstream=upstream, commit=hashlib.sha1(upstream.encode()).hexdigest(),
-                      version=version, cuda_archs=tuple(archs), requires_torch=torch,
-                      toolchain={"cuda": "13.0", "python": "3.11", "torch": torch or "2.13.0"})
+def provenance(
+    upstream: str, version: str, archs: list[str], torch: str | None = None
+) -> Provenance:
+    return Provenance(
+        upstream=upstream,
+        commit=hashlib.sha1(upstream.encode()).hexdigest(),
+        version=version,
+        cuda_archs=tuple(archs),
+        requires_torch=torch,
+        toolchain={"cuda": "13.0", "python": "3.11", "torch": torch or "2.13.0"},
+    )
 
 
 # Servers' ports come from below the kernel's ephemeral range (ip_local_port_range, 32768+ by
@@ -108,33 +121,70 @@ class SmokeProject:
     ports: dict[str, int]
     wheels: list[Path] = field(default_factory=list)
 
-    def write_profile(self, name: str = "standin", *, prefill_env: dict | None = None,
-                      decode_env: dict | None = None, timeouts: dict | None = None,
-                      checks: dict | None = None, server_command: list[str] | None = None,
-                      router_command: list[str] | None = None,
-                      router_extra: dict | None = None, top_extra: dict | None = None) -> Path:
+    def write_profile(
+        self,
+        name: str = "standin",
+        *,
+        prefill_env: dict | None = None,
+        decode_env: dict | None = None,
+        timeouts: dict | None = None,
+        checks: dict | None = None,
+        server_command: list[str] | None = None,
+        router_command: list[str] | None = None,
+        router_extra: dict | None = None,
+        top_extra: dict | None = None,
+    ) -> Path:
         profile = {
             "description": "stand-in PD pair for tests",
-            "model": "standin-model", "backend": "nixl", "host": "127.0.0.1",
-            "requires-gpu": False, "numa-binding": False,
+            "model": "standin-model",
+            "backend": "nixl",
+            "host": "127.0.0.1",
+            "requires-gpu": False,
+            "numa-binding": False,
             "install": {"wheelhouse": "wheelhouse"},
-            "server": {"command": server_command or [sys.executable, str(STANDIN)],
-                       "args": ["--trust-remote-code"],
-                       "env": {"STANDIN_RUN_DIR": "{run_dir}"}},
-            "prefill": {"gpus": [0, 1], "numa-node": 0, "tp": 2, "port": self.ports["prefill"],
-                        "bootstrap-port": self.ports["bootstrap"], "env": prefill_env or {}},
-            "decode": {"gpus": [2, 3], "numa-node": 1, "tp": 2, "port": self.ports["decode"],
-                       "env": decode_env or {}},
+            "server": {
+                "command": server_command or [sys.executable, str(STANDIN)],
+                "args": ["--trust-remote-code"],
+                "env": {"STANDIN_RUN_DIR": "{run_dir}"},
+            },
+            "prefill": {
+                "gpus": [0, 1],
+                "numa-node": 0,
+                "tp": 2,
+                "port": self.ports["prefill"],
+                "bootstrap-port": self.ports["bootstrap"],
+                "env": prefill_env or {},
+            },
+            "decode": {
+                "gpus": [2, 3],
+                "numa-node": 1,
+                "tp": 2,
+                "port": self.ports["decode"],
+                "env": decode_env or {},
+            },
             # The real router from PyPI, from the test venv (the smoke venv holds only the
             # tiny test wheels).
-            "router": {"command": router_command
-                       or [sys.executable, "-m", "sglang_router.launch_router"],
-                       "port": self.ports["router"], **(router_extra or {})},
-            "timeouts": {"health": 20, "health-generate": 10, "router": 30, "request": 20,
-                         "teardown": 5, **(timeouts or {})},
-            "checks": {"needle-lengths": [256, 1024, 2048, 4096], "needle-must-recall": [256],
-                       "words-per-token": 1.0, "concurrency": 8, "max-new-tokens": 8,
-                       **(checks or {})},
+            "router": {
+                "command": router_command or [sys.executable, "-m", "sglang_router.launch_router"],
+                "port": self.ports["router"],
+                **(router_extra or {}),
+            },
+            "timeouts": {
+                "health": 20,
+                "health-generate": 10,
+                "router": 30,
+                "request": 20,
+                "teardown": 5,
+                **(timeouts or {}),
+            },
+            "checks": {
+                "needle-lengths": [256, 1024, 2048, 4096],
+                "needle-must-recall": [256],
+                "words-per-token": 1.0,
+                "concurrency": 8,
+                "max-new-tokens": 8,
+                **(checks or {}),
+            },
         }
         profile.update(top_extra or {})
         path = self.root / "profiles" / f"{name}.toml"
@@ -142,10 +192,17 @@ class SmokeProject:
         path.write_text(tomli_w.dumps(profile))
         return path
 
-    def smoke(self, *args: str, timeout: float = 120,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(self.command("smoke", *args), capture_output=True, text=True,
-                              timeout=timeout, env={**self.env(), **(env or {})}, check=False)
+    def smoke(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command("smoke", *args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env(), **(env or {})},
+            check=False,
+        )
 
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "sglforge", "--project", str(self.root), *args]
@@ -167,18 +224,33 @@ def build_wheelset(root: Path) -> list[Path]:
     """wheels/ (ours, with provenance) + wheelhouse/ (a third-party dep) + the lock."""
     wheels = root / "wheels"
     ours = [
-        make_wheel(wheels, "sglang", "0.5.99+sm120.cu130.abcd1234",
-                   provenance("sglang", "0.5.99+sm120.cu130.abcd1234", []),
-                   requires=["tinydep==1.0"]),
-        make_wheel(wheels, "sglang-kernel", "0.4.7+sm120.cu130.abcd1234",
-                   provenance("sglang-kernel", "0.4.7+sm120.cu130.abcd1234", ["sm_120a"])),
+        make_wheel(
+            wheels,
+            "sglang",
+            "0.5.99+sm120.cu130.abcd1234",
+            provenance("sglang", "0.5.99+sm120.cu130.abcd1234", []),
+            requires=["tinydep==1.0"],
+        ),
+        make_wheel(
+            wheels,
+            "sglang-kernel",
+            "0.4.7+sm120.cu130.abcd1234",
+            provenance("sglang-kernel", "0.4.7+sm120.cu130.abcd1234", ["sm_120a"]),
+        ),
     ]
     third = make_wheel(root / "wheelhouse", "tinydep", "1.0", None)
-    manifest = {"wheels": [
-        {"file": w.name, "sha256": sha256(w), "name": w.name.split("-")[0].replace("_", "-"),
-         "version": w.name.split("-")[1],
-         "provenance": read_json(w)}
-        for w in ours]}
+    manifest = {
+        "wheels": [
+            {
+                "file": w.name,
+                "sha256": sha256(w),
+                "name": w.name.split("-")[0].replace("_", "-"),
+                "version": w.name.split("-")[1],
+                "provenance": read_json(w),
+            }
+            for w in ours
+        ]
+    }
     (wheels / "manifest.json").write_text(json.dumps(manifest, indent=2))
     lock = ["# GENERATED by `nox -s build` — tests write it by hand", ""]
     for entry in manifest["wheels"]:
@@ -213,7 +285,14 @@ def installed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_wheelset(root)
     wheelset = load_wheelset(root / "wheels", root / "lockfiles" / "wheels.lock")
     venv = root / "venv"
-    install(plan_install(venv, root / "lockfiles" / "wheels.lock", root / "wheels",
-                         InstallSpec(wheelhouse=root / "wheelhouse", index_url=None)),
-            wheelset, root / "install.log")
+    install(
+        plan_install(
+            venv,
+            root / "lockfiles" / "wheels.lock",
+            root / "wheels",
+            InstallSpec(wheelhouse=root / "wheelhouse", index_url=None),
+        ),
+        wheelset,
+        root / "install.log",
+    )
     return venv

@@ -24,8 +24,12 @@ from urllib.parse import urlparse
 
 
 def post(url: str, body: dict) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read()
@@ -51,9 +55,12 @@ def main() -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
 
-        def log_message(self, format: str, *a: object) -> None:  # noqa: A002
-            print(f"standin-router: {self.command} {self.path}: {format % a}", file=sys.stderr,
-                  flush=True)
+        def log_message(self, format: str, *a: object) -> None:
+            print(
+                f"standin-router: {self.command} {self.path}: {format % a}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         def reply(self, status: int, body: bytes) -> None:
             self.send_response(status)
@@ -62,7 +69,7 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self.reply(200, b"{}")
             elif self.path == "/readiness":
@@ -73,7 +80,7 @@ def main() -> None:
             else:
                 self.reply(404, b"{}")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             if self.path != "/generate" or body.get("stream"):
                 self.reply(404, b'{"error": "stand-in router: non-streaming /generate only"}')
@@ -81,8 +88,11 @@ def main() -> None:
             if not registered():
                 self.reply(503, b'{"error": "no prefill/decode workers available"}')
                 return
-            body.update(bootstrap_host=urlparse(prefill_url).hostname,
-                        bootstrap_port=bootstrap_port, bootstrap_room=random.getrandbits(62))
+            body.update(
+                bootstrap_host=urlparse(prefill_url).hostname,
+                bootstrap_port=bootstrap_port,
+                bootstrap_room=random.getrandbits(62),
+            )
             thread = threading.Thread(target=post, args=(prefill_url + "/generate", body))
             thread.start()
             status, answer = post(args.decode + "/generate", body)

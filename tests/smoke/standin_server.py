@@ -48,8 +48,10 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-VOCAB = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
-         "november oscar papa quebec romeo sierra tango uniform victor whiskey").split()
+VOCAB = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+    "november oscar papa quebec romeo sierra tango uniform victor whiskey"
+).split()
 NEEDLE = re.compile(r"secret passphrase is ([A-Za-z]+-[0-9]+)")
 ARITHMETIC = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
 
@@ -70,12 +72,12 @@ class State:
         env = os.environ
         self.die_after = int(env["STANDIN_DIE_AFTER"]) if env.get("STANDIN_DIE_AFTER") else None
         self.never_healthy = env.get("STANDIN_NEVER_HEALTHY") == "1"
-        self.forget_beyond = (int(env["STANDIN_FORGET_BEYOND"])
-                              if env.get("STANDIN_FORGET_BEYOND") else None)
+        self.forget_beyond = (
+            int(env["STANDIN_FORGET_BEYOND"]) if env.get("STANDIN_FORGET_BEYOND") else None
+        )
         self.startup_delay = float(env.get("STANDIN_STARTUP_DELAY", "0"))
         self.token_delay = float(env.get("STANDIN_TOKEN_DELAY", "0.002"))
-        self.diverge_at = (int(env["STANDIN_DIVERGE_AT"]) if env.get("STANDIN_DIVERGE_AT")
-                           else None)
+        self.diverge_at = int(env["STANDIN_DIVERGE_AT"]) if env.get("STANDIN_DIVERGE_AT") else None
         self.logprob_shift = float(env.get("STANDIN_LOGPROB_SHIFT", "0"))
         self.arithmetic = env.get("STANDIN_ARITHMETIC") == "1"
 
@@ -88,8 +90,10 @@ class State:
         with self.count_lock:
             self.generate_count += 1
             if self.die_after is not None and self.generate_count > self.die_after:
-                log(f"simulated crash: /generate number {self.generate_count}, "
-                    f"STANDIN_DIE_AFTER={self.die_after}")
+                log(
+                    f"simulated crash: /generate number {self.generate_count}, "
+                    f"STANDIN_DIE_AFTER={self.die_after}"
+                )
                 os._exit(3)
 
     def prefill_view(self, text: str) -> dict:
@@ -104,8 +108,12 @@ class State:
         if sum_:
             a, op, b = int(sum_.group(1)), sum_.group(2), int(sum_.group(3))
             answer = str(a + b if op == "+" else a - b if op == "-" else a * b)
-        return {"prompt_tokens": len(words), "needle": remembered, "answer": answer,
-                "digest": hashlib.sha256(text.encode()).hexdigest()}
+        return {
+            "prompt_tokens": len(words),
+            "needle": remembered,
+            "answer": answer,
+            "digest": hashlib.sha256(text.encode()).hexdigest(),
+        }
 
 
 def generate_tokens(view: dict, max_new_tokens: int, diverge_at: int | None = None) -> list[str]:
@@ -121,10 +129,16 @@ def generate_tokens(view: dict, max_new_tokens: int, diverge_at: int | None = No
             block = hashlib.sha256(block).digest()
             seed += block
         tokens = [VOCAB[b % len(VOCAB)] for b in seed]
-    tokens = tokens[:max(1, max_new_tokens)]
+    tokens = tokens[: max(1, max_new_tokens)]
     if diverge_at is not None:
-        tokens = [t if i < diverge_at else VOCAB[(VOCAB.index(t) + 1) % len(VOCAB)]
-                  if t in VOCAB else "zulu" for i, t in enumerate(tokens)]
+        tokens = [
+            t
+            if i < diverge_at
+            else VOCAB[(VOCAB.index(t) + 1) % len(VOCAB)]
+            if t in VOCAB
+            else "zulu"
+            for i, t in enumerate(tokens)
+        ]
     return tokens
 
 
@@ -153,9 +167,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            log(f"{getattr(self, 'command', '?')} {getattr(self, 'path', '?')}: "
-                f"{format % args}")
+        def log_message(self, format: str, *args: object) -> None:
+            log(f"{getattr(self, 'command', '?')} {getattr(self, 'path', '?')}: {format % args}")
 
         def reply(self, status: int, body: object) -> None:
             data = json.dumps(body).encode()
@@ -165,7 +178,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate"):
                 if state.healthy():
@@ -175,19 +188,32 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             elif path in ("/server_info", "/get_server_info"):
                 # No model_path/tokenizer_path: the router would try to fetch a tokenizer
                 # from HuggingFace for it, and tests run without network.
-                self.reply(200, {"served_model": state.args.model_path,
-                                 "disaggregation_mode": state.mode, "tp_size": state.args.tp,
-                                 "version": "standin",
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+                self.reply(
+                    200,
+                    {
+                        "served_model": state.args.model_path,
+                        "disaggregation_mode": state.mode,
+                        "tp_size": state.args.tp,
+                        "version": "standin",
+                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    },
+                )
             elif path in ("/model_info", "/get_model_info"):
                 self.reply(200, {"served_model": state.args.model_path, "is_generation": True})
             elif path == "/v1/models":
-                self.reply(200, {"object": "list", "data": [
-                    {"id": state.args.model_path, "object": "model", "owned_by": "sglang"}]})
+                self.reply(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {"id": state.args.model_path, "object": "model", "owned_by": "sglang"}
+                        ],
+                    },
+                )
             else:
                 self.reply(404, {"error": f"no route {path}"})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -216,12 +242,23 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 with state.rooms_lock:
                     state.rooms[str(room)] = view
                 # The router discards the prefill's answer; a real prefill returns 1 token.
-                self.reply(200, {"text": "", "meta_info": {
-                    "prompt_tokens": view["prompt_tokens"], "completion_tokens": 0}})
+                self.reply(
+                    200,
+                    {
+                        "text": "",
+                        "meta_info": {
+                            "prompt_tokens": view["prompt_tokens"],
+                            "completion_tokens": 0,
+                        },
+                    },
+                )
                 return
             if state.mode == "decode":
-                missing = [k for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")
-                           if body.get(k) is None]
+                missing = [
+                    k
+                    for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")
+                    if body.get(k) is None
+                ]
                 if missing:
                     self.reply(400, {"error": f"decode needs {', '.join(missing)}"})
                     return
@@ -237,8 +274,13 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.stream(body, view, tokens)
                 return
             time.sleep(state.token_delay * min(len(tokens), 64))
-            self.reply(200, {"text": " ".join(tokens), "meta_info": meta_info(
-                body, view, tokens, len(tokens), state.logprob_shift)})
+            self.reply(
+                200,
+                {
+                    "text": " ".join(tokens),
+                    "meta_info": meta_info(body, view, tokens, len(tokens), state.logprob_shift),
+                },
+            )
 
         def stream(self, body: dict, view: dict, tokens: list[str]) -> None:
             self.send_response(200)
@@ -247,8 +289,10 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             for n in range(1, len(tokens) + 1):
                 time.sleep(state.token_delay)
-                chunk = {"text": " ".join(tokens[:n]),
-                         "meta_info": meta_info(body, view, tokens, n)}
+                chunk = {
+                    "text": " ".join(tokens[:n]),
+                    "meta_info": meta_info(body, view, tokens, n),
+                }
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
@@ -263,23 +307,31 @@ def logprob(position: int, token: str, shift: float = 0.0) -> float:
 
 
 def meta_info(body: dict, view: dict, tokens: list[str], n: int, shift: float = 0.0) -> dict:
-    info: dict = {"id": str(body.get("bootstrap_room", "0")),
-                  "prompt_tokens": view["prompt_tokens"], "completion_tokens": n,
-                  "finish_reason": {"type": "length", "length": n} if n == len(tokens) else None}
+    info: dict = {
+        "id": str(body.get("bootstrap_room", "0")),
+        "prompt_tokens": view["prompt_tokens"],
+        "completion_tokens": n,
+        "finish_reason": {"type": "length", "length": n} if n == len(tokens) else None,
+    }
     if body.get("return_logprob"):
         with_text = bool(body.get("return_text_in_logprobs"))
         info["output_token_logprobs"] = [
             [logprob(i, t, shift), token_id(t), t if with_text else None]
-            for i, t in enumerate(tokens[:n])]
+            for i, t in enumerate(tokens[:n])
+        ]
         k = int(body.get("top_logprobs_num") or 0)
         if k:
             info["output_top_logprobs"] = [
                 [[logprob(i, t, shift), token_id(t), t if with_text else None]]
-                + [[logprob(i, t, shift) - 1.0 - j, 2000 + (token_id(t) + j) % 97, None]
-                   for j in range(k - 1)]
-                for i, t in enumerate(tokens[:n])]
+                + [
+                    [logprob(i, t, shift) - 1.0 - j, 2000 + (token_id(t) + j) % 97, None]
+                    for j in range(k - 1)
+                ]
+                for i, t in enumerate(tokens[:n])
+            ]
         info["input_token_logprobs"] = [[None, 1, None]] + [
-            [-1.0, 2, None] for _ in range(view["prompt_tokens"] - 1)]
+            [-1.0, 2, None] for _ in range(view["prompt_tokens"] - 1)
+        ]
     return info
 
 
@@ -297,8 +349,10 @@ def main() -> None:
         import importlib.util
 
         if importlib.util.find_spec(required) is None:
-            log(f"module {required!r} is not importable; PYTHONPATH="
-                f"{os.environ.get('PYTHONPATH')!r}")
+            log(
+                f"module {required!r} is not importable; PYTHONPATH="
+                f"{os.environ.get('PYTHONPATH')!r}"
+            )
             sys.exit(4)
     busy = os.environ.get("STANDIN_REQUIRE_FREE_PORT")
     if busy:
@@ -323,21 +377,24 @@ def main() -> None:
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     if state.mode == "prefill":
-        bootstrap = ThreadingHTTPServer((args.host, args.disaggregation_bootstrap_port),
-                                        make_bootstrap_handler(state))
+        bootstrap = ThreadingHTTPServer(
+            (args.host, args.disaggregation_bootstrap_port), make_bootstrap_handler(state)
+        )
         bootstrap.daemon_threads = True
         threading.Thread(target=bootstrap.serve_forever, daemon=True).start()
-    log(f"mode={state.mode} port={args.port} tp={args.tp} "
-        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} ignored={ignored}")
+    log(
+        f"mode={state.mode} port={args.port} tp={args.tp} "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} ignored={ignored}"
+    )
     server.serve_forever()
 
 
 def make_bootstrap_handler(state: State) -> type[BaseHTTPRequestHandler]:
     class Bootstrap(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             room = self.path.rsplit("/", 1)[-1]
             with state.rooms_lock:
                 view = state.rooms.get(room)

@@ -52,8 +52,9 @@ def test_shared_gpu_profile_is_refused_without_the_opt_in(tmp_path: Path) -> Non
         load_profile(opted_out, REPO)
     assert "share GPUs [0]" in str(info.value) and "share-gpus = true" in str(info.value)
     missing = tmp_path / "missing.toml"
-    missing.write_text("\n".join(line for line in text.splitlines()
-                                 if not line.startswith("share-gpus")))
+    missing.write_text(
+        "\n".join(line for line in text.splitlines() if not line.startswith("share-gpus"))
+    )
     with pytest.raises(ConfigErrors):
         load_profile(missing, REPO)
     assert load_profile(H200_1GPU, REPO).share_gpus
@@ -61,8 +62,9 @@ def test_shared_gpu_profile_is_refused_without_the_opt_in(tmp_path: Path) -> Non
 
 def test_router_ready_path_must_be_a_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text(H200_2GPU.read_text().replace('ready-path = "/readiness"',
-                                                 'ready-path = "readiness"'))
+    bad.write_text(
+        H200_2GPU.read_text().replace('ready-path = "/readiness"', 'ready-path = "readiness"')
+    )
     with pytest.raises(ConfigErrors, match="ready-path"):
         load_profile(bad, REPO)
 
@@ -72,16 +74,19 @@ def test_router_ready_path_must_be_a_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ready_path, passes", [("/readiness", True), ("/health", False)])
-def test_router_health_before_readiness_race(smoke_project: SmokeProject, installed_venv: Path,
-                                             ready_path: str, passes: bool) -> None:
+def test_router_health_before_readiness_race(
+    smoke_project: SmokeProject, installed_venv: Path, ready_path: str, passes: bool
+) -> None:
     # The router stand-in answers /health at once but routes only 3 s later (/readiness 503
     # until then), like sglang-router before its workers are registered.
     smoke_project.write_profile(
         router_command=[sys.executable, str(STANDIN_ROUTER)],
         router_extra={"ready-path": ready_path, "env": {"STANDIN_ROUTER_REGISTER_AFTER": "3"}},
-        checks={"run": ["generate"]})
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+        checks={"run": ["generate"]},
+    )
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     report = smoke_project.report()
     router = next(s for s in report["stages"] if s["name"] == "router")
     [generate] = report["checks"]
@@ -115,24 +120,38 @@ def _overlay(tmp_path: Path) -> Path:
     site = tmp_path / "overlay"
     (site / "sgl_kernel").mkdir(parents=True)
     (site / "sgl_kernel" / "__init__.py").write_text("")
-    _dist_info(site, "sglang-kernel", "0.4.4+sm90.cu130.abcd1234",
-               provenance("sglang-kernel", "0.4.4+sm90.cu130.abcd1234", ["sm_90a"]))
+    _dist_info(
+        site,
+        "sglang-kernel",
+        "0.4.4+sm90.cu130.abcd1234",
+        provenance("sglang-kernel", "0.4.4+sm90.cu130.abcd1234", ["sm_90a"]),
+    )
     _dist_info(site, "flashinfer-python", "0.6.12", None)
     return site
 
 
 @pytest.mark.parametrize("overlay", [True, False])
 def test_existing_environment_installs_nothing_and_records_it(
-        smoke_project: SmokeProject, tmp_path: Path, overlay: bool) -> None:
+    smoke_project: SmokeProject, tmp_path: Path, overlay: bool
+) -> None:
     site = _overlay(tmp_path)
     # The project's wheel set is not used: without it the run must still go.
     (smoke_project.root / "wheels" / "manifest.json").unlink()
-    smoke_project.write_profile(prefill_env={"STANDIN_REQUIRE_MODULE": "sgl_kernel"},
-                                decode_env={"STANDIN_REQUIRE_MODULE": "sgl_kernel"},
-                                checks={"run": ["generate"]})
+    smoke_project.write_profile(
+        prefill_env={"STANDIN_REQUIRE_MODULE": "sgl_kernel"},
+        decode_env={"STANDIN_REQUIRE_MODULE": "sgl_kernel"},
+        checks={"run": ["generate"]},
+    )
     env = {"PYTHONPATH": str(site)} if overlay else {}
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--python", sys.executable, env=env)
+    result = smoke_project.smoke(
+        "--profile",
+        "standin",
+        "--out",
+        str(smoke_project.run_dir),
+        "--python",
+        sys.executable,
+        env=env,
+    )
     report = smoke_project.report()
     assert [s["name"] for s in report["stages"]][:3] == ["environment", "doctor", "install"]
     assert not (smoke_project.run_dir / "venv").exists()
@@ -157,17 +176,25 @@ def test_existing_environment_installs_nothing_and_records_it(
     assert "sglang-kernel 0.4.4+sm90.cu130.abcd1234  [sglforge: sglang-kernel@" in summary
 
 
-def test_python_and_venv_together_are_refused(smoke_project: SmokeProject,
-                                              installed_venv: Path) -> None:
-    result = smoke_project.smoke("--profile", "standin", "--python", sys.executable,
-                                 "--venv", str(installed_venv))
+def test_python_and_venv_together_are_refused(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
+    result = smoke_project.smoke(
+        "--profile", "standin", "--python", sys.executable, "--venv", str(installed_venv)
+    )
     assert result.returncode == 2 and "--python and --venv" in result.stderr
 
 
 def test_dry_run_with_python_and_tiny_model(smoke_project: SmokeProject) -> None:
-    result = smoke_project.smoke("--profile", str(H200_1GPU), "--out",
-                                 str(smoke_project.run_dir), "--python", sys.executable,
-                                 "--dry-run")
+    result = smoke_project.smoke(
+        "--profile",
+        str(H200_1GPU),
+        "--out",
+        str(smoke_project.run_dir),
+        "--python",
+        sys.executable,
+        "--dry-run",
+    )
     assert result.returncode == 0, result.stderr
     text = result.stdout
     tiny = smoke_project.run_dir / "tiny-model"
@@ -181,35 +208,66 @@ def test_dry_run_with_python_and_tiny_model(smoke_project: SmokeProject) -> None
 # Doctor over an existing environment (pure)
 
 H200 = HostFacts(
-    nvidia_smi_error=None, gpus=(GpuInfo(0, "NVIDIA H200", "9.0", 0),
-                                 GpuInfo(1, "NVIDIA H200", "9.0", 0)),
-    driver_version="580.159.04", numa_nodes=(0,), numactl=None, nvcc="/usr/local/cuda/bin/nvcc",
-    nvcc_version="13.0", cuda_include="/usr/local/cuda/include", venv_python="/opt/v/bin/python",
-    torch_version="2.11.0+cu130", busy_ports={}, model_exists=None)
+    nvidia_smi_error=None,
+    gpus=(GpuInfo(0, "NVIDIA H200", "9.0", 0), GpuInfo(1, "NVIDIA H200", "9.0", 0)),
+    driver_version="580.159.04",
+    numa_nodes=(0,),
+    numactl=None,
+    nvcc="/usr/local/cuda/bin/nvcc",
+    nvcc_version="13.0",
+    cuda_include="/usr/local/cuda/include",
+    venv_python="/opt/v/bin/python",
+    torch_version="2.11.0+cu130",
+    busy_ports={},
+    model_exists=None,
+)
 
 
-def _package(name: str, version: str, archs: list[str] | None = None,
-             torch: str | None = None) -> InstalledPackage:
-    prov = None if archs is None else Provenance(
-        upstream=name, commit="b" * 40, version=version, cuda_archs=tuple(archs),
-        requires_torch=torch, toolchain={"cuda": "13.0"})
-    return InstalledPackage(name=name, version=version, location=None, installer="pip",
-                            provenance=prov)
+def _package(
+    name: str, version: str, archs: list[str] | None = None, torch: str | None = None
+) -> InstalledPackage:
+    prov = (
+        None
+        if archs is None
+        else Provenance(
+            upstream=name,
+            commit="b" * 40,
+            version=version,
+            cuda_archs=tuple(archs),
+            requires_torch=torch,
+            toolchain={"cuda": "13.0"},
+        )
+    )
+    return InstalledPackage(
+        name=name, version=version, location=None, installer="pip", provenance=prov
+    )
 
 
-def _env(*packages: InstalledPackage, plugins: tuple[str, ...] = (
-        "/s/.nixl_cu13.mesonpy.libs/plugins/libplugin_UCX.so",)) -> EnvStack:
-    base = (_package("sglang", "0.5.15"), _package("torch", "2.11.0+cu130"),
-            _package("nixl-cu13", "1.5.1"))
-    return EnvStack(python="/opt/v/bin/python", python_version="3.12.3", pythonpath="/site",
-                    packages=base + packages, torch_cuda="13.0", nixl_module="nixl_cu13",
-                    nixl_plugins=plugins)
+def _env(
+    *packages: InstalledPackage,
+    plugins: tuple[str, ...] = ("/s/.nixl_cu13.mesonpy.libs/plugins/libplugin_UCX.so",),
+) -> EnvStack:
+    base = (
+        _package("sglang", "0.5.15"),
+        _package("torch", "2.11.0+cu130"),
+        _package("nixl-cu13", "1.5.1"),
+    )
+    return EnvStack(
+        python="/opt/v/bin/python",
+        python_version="3.12.3",
+        pythonpath="/site",
+        packages=base + packages,
+        torch_cuda="13.0",
+        nixl_module="nixl_cu13",
+        nixl_plugins=plugins,
+    )
 
 
 def _findings(env: EnvStack, check: str) -> list[doctor.Finding]:
     profile = load_profile(H200_2GPU, REPO)
-    return [f for f in diagnose(profile, None, dataclasses.replace(H200, env=env))
-            if f.check == check]
+    return [
+        f for f in diagnose(profile, None, dataclasses.replace(H200, env=env)) if f.check == check
+    ]
 
 
 def test_doctor_environment_ok_for_the_h200_stack() -> None:
@@ -235,25 +293,43 @@ def test_doctor_environment_catches_wrong_arch_torch_and_missing_nixl() -> None:
     no_plugin = dataclasses.replace(env, nixl_plugins=("/s/plugins/libplugin_POSIX.so",))
     assert _findings(no_plugin, "nixl")[0].level == WARNING
     no_sglang = dataclasses.replace(env, packages=env.packages[1:])
-    assert any(f.level == ERROR and "sglang" in f.message
-               for f in _findings(no_sglang, "environment"))
+    assert any(
+        f.level == ERROR and "sglang" in f.message for f in _findings(no_sglang, "environment")
+    )
 
 
 def test_probe_output_parses_provenance_and_modules(tmp_path: Path) -> None:
     torch_dir = tmp_path / "torch"
     torch_dir.mkdir()
     # as PyPI's torch writes it: annotated assignments
-    (torch_dir / "version.py").write_text("__version__ = '2.11.0+cu130'\n"
-                                          "cuda: Optional[str] = '13.0'\n")
-    env = parse_probe({
-        "python": "/p", "python_version": "3.12.3", "pythonpath": "/site",
-        "packages": {"flashinfer-python": {
-            "version": "0.6.12+sm120.cu130.cced78e6", "location": "/site/x.dist-info",
-            "installer": "pip", "provenance": provenance("flashinfer", "0.6.12", []).to_json()},
-            "torch": {"version": "2.11.0+cu130", "location": None, "installer": None,
-                      "provenance": None}},
-        "modules": {"torch": {"path": str(torch_dir)},
-                    "nixl_cu13": {"path": "/n", "plugins": ["/n/libplugin_UCX.so"]}}})
+    (torch_dir / "version.py").write_text(
+        "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"
+    )
+    env = parse_probe(
+        {
+            "python": "/p",
+            "python_version": "3.12.3",
+            "pythonpath": "/site",
+            "packages": {
+                "flashinfer-python": {
+                    "version": "0.6.12+sm120.cu130.cced78e6",
+                    "location": "/site/x.dist-info",
+                    "installer": "pip",
+                    "provenance": provenance("flashinfer", "0.6.12", []).to_json(),
+                },
+                "torch": {
+                    "version": "2.11.0+cu130",
+                    "location": None,
+                    "installer": None,
+                    "provenance": None,
+                },
+            },
+            "modules": {
+                "torch": {"path": str(torch_dir)},
+                "nixl_cu13": {"path": "/n", "plugins": ["/n/libplugin_UCX.so"]},
+            },
+        }
+    )
     assert [p.name for p in env.built_by_sglforge()] == ["flashinfer-python"]
     assert env.torch_cuda == "13.0" and env.nixl_module == "nixl_cu13"
     assert env.versions()["torch"]["origin"] == "not built by sglforge"
@@ -276,7 +352,8 @@ def test_tiny_model_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Pa
 
 
 def test_probe_finds_the_ucx_plugin_in_meson_pythons_hidden_libs(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """sglforge's nixl-cu13 (meson-python) keeps libplugin_UCX.so in a hidden
     `.nixl_cu13.mesonpy.libs/plugins/`: the H200 run of record warned 'no libplugin_UCX*.so
     beside the package' although the servers loaded it from there (issue 37)."""

@@ -39,9 +39,14 @@ def test_libraries_of_a_servers_children_and_its_log_lines(tmp_path: Path) -> No
     fake = tmp_path / "site" / "libucx" / "lib" / "libucp.so.0"
     fake.parent.mkdir(parents=True)
     shutil.copy(_a_shared_object(), fake)
-    command = LaunchCommand(role="decode", argv=(sys.executable, "-c", CHILD, str(fake)),
-                            env={}, log=tmp_path / "decode.log", url="http://127.0.0.1:1",
-                            summary="decode")
+    command = LaunchCommand(
+        role="decode",
+        argv=(sys.executable, "-c", CHILD, str(fake)),
+        env={},
+        log=tmp_path / "decode.log",
+        url="http://127.0.0.1:1",
+        summary="decode",
+    )
     jit = tmp_path / "jit"
     (jit / "kernel").mkdir(parents=True)
     (jit / "kernel" / "a.cubin").write_bytes(b"x")
@@ -60,11 +65,13 @@ def test_libraries_of_a_servers_children_and_its_log_lines(tmp_path: Path) -> No
     assert record["jit_deep_gemm"] == ["kernel/a.cubin"] and record["jit_none"] is None
 
 
-def test_the_smoke_report_records_each_server(smoke_project: SmokeProject,
-                                              installed_venv: Path) -> None:
+def test_the_smoke_report_records_each_server(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     smoke_project.write_profile(checks={"run": ["generate"]})
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     record = smoke_project.report()["loaded"]
     assert set(record) == {"prefill", "decode"}  # servers, not the router

@@ -21,10 +21,16 @@ SHIPPED = REPO / "profiles" / "dsv4-flash-pd.toml"
 def test_shipped_profile_describes_the_target_host() -> None:
     profile = load_profile(SHIPPED, REPO)
     assert profile.backend == "nixl"
-    assert (profile.prefill.gpus, profile.prefill.numa_node, profile.prefill.tp) == \
-        ((0, 1, 2, 3), 0, 4)
-    assert (profile.decode.gpus, profile.decode.numa_node, profile.decode.tp) == \
-        ((4, 5, 6, 7), 1, 4)
+    assert (profile.prefill.gpus, profile.prefill.numa_node, profile.prefill.tp) == (
+        (0, 1, 2, 3),
+        0,
+        4,
+    )
+    assert (profile.decode.gpus, profile.decode.numa_node, profile.decode.tp) == (
+        (4, 5, 6, 7),
+        1,
+        4,
+    )
     assert profile.prefill.bootstrap_port == 8998
     assert profile.requires_gpu and profile.numa_binding
     assert profile.checks.needle_lengths == (2048, 4096, 8192, 16384)
@@ -41,13 +47,17 @@ def _profile_text(**replace: str) -> str:
 
 def test_unknown_key_and_bad_values_name_file_key_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text(_profile_text(**{
-        "numa-node = 1": "numa-node = 1\nnuma_nod = 1",  # typo: unknown key
-        "gpus = [4, 5, 6, 7]": "gpus = [3, 4, 5, 6]",  # overlaps prefill
-        'backend = "nixl"': 'backend = "rdma"',
-        '"needle"]': '"needle", "gsm8k"]',
-        '"{run_dir}/cache/tilelang"': '"{rundir}/cache/tilelang"',
-    }))
+    path.write_text(
+        _profile_text(
+            **{
+                "numa-node = 1": "numa-node = 1\nnuma_nod = 1",  # typo: unknown key
+                "gpus = [4, 5, 6, 7]": "gpus = [3, 4, 5, 6]",  # overlaps prefill
+                'backend = "nixl"': 'backend = "rdma"',
+                '"needle"]': '"needle", "gsm8k"]',
+                '"{run_dir}/cache/tilelang"': '"{rundir}/cache/tilelang"',
+            }
+        )
+    )
     with pytest.raises(ConfigErrors) as info:
         load_profile(path, tmp_path)
     message = str(info.value)
@@ -76,9 +86,23 @@ def test_bad_profile_is_a_clean_cli_error(tmp_path: Path, capsys: pytest.Capture
 def test_dry_run_of_shipped_profile_matches_topology(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "sglforge", "--project", str(REPO), "smoke", "--dry-run",
-         "--model", "/models/dsv4", "--out", str(out_dir)],
-        capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "sglforge",
+            "--project",
+            str(REPO),
+            "smoke",
+            "--dry-run",
+            "--model",
+            "/models/dsv4",
+            "--out",
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert not out_dir.exists(), "dry-run must not create anything"
     lines = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
@@ -95,11 +119,13 @@ def test_dry_run_of_shipped_profile_matches_topology(tmp_path: Path) -> None:
         return words[words.index(flag) + 1]
 
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in prefill
-    assert ["numactl", "--cpunodebind=0", "--membind=0"] == \
-        prefill[prefill.index("numactl"):prefill.index("numactl") + 3]
+    assert ["numactl", "--cpunodebind=0", "--membind=0"] == prefill[
+        prefill.index("numactl") : prefill.index("numactl") + 3
+    ]
     assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in decode
-    assert ["numactl", "--cpunodebind=1", "--membind=1"] == \
-        decode[decode.index("numactl"):decode.index("numactl") + 3]
+    assert ["numactl", "--cpunodebind=1", "--membind=1"] == decode[
+        decode.index("numactl") : decode.index("numactl") + 3
+    ]
     for words, port in ((prefill, "30000"), (decode, "30001")):
         assert after(words, "--tp") == "4"
         assert after(words, "--port") == port
@@ -109,8 +135,10 @@ def test_dry_run_of_shipped_profile_matches_topology(tmp_path: Path) -> None:
         assert "SGLANG_DISAGGREGATION_NIXL_BACKEND=UCX" in words
     assert after(prefill, "--disaggregation-bootstrap-port") == "8998"
     assert "--disaggregation-bootstrap-port" not in decode
-    assert router[router.index("--prefill") + 1:router.index("--prefill") + 3] == \
-        ["http://127.0.0.1:30000", "8998"]
+    assert router[router.index("--prefill") + 1 : router.index("--prefill") + 3] == [
+        "http://127.0.0.1:30000",
+        "8998",
+    ]
     assert after(router, "--decode") == "http://127.0.0.1:30001"
     assert after(router, "--port") == "8000"
     assert "--pd-disaggregation" in router
@@ -124,14 +152,20 @@ def test_env_names_that_are_not_posix_names_are_refused_on_load(tmp_path: Path, 
     # name); "$(…)" loaded and ran when the --dry-run line was pasted.
     path = tmp_path / "env.toml"
     quoted = name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    path.write_text(_profile_text(**{'SGLANG_DSV4_INDEX_TOPK = "1024"':
-                                     f'SGLANG_DSV4_INDEX_TOPK = "1024"\n"{quoted}" = "x"'}))
+    path.write_text(
+        _profile_text(
+            **{
+                'SGLANG_DSV4_INDEX_TOPK = "1024"': f'SGLANG_DSV4_INDEX_TOPK = "1024"\n"{quoted}" = "x"'
+            }
+        )
+    )
     with pytest.raises(ConfigErrors) as info:
         load_profile(path, tmp_path)
     line = path.read_text().splitlines().index(f'"{quoted}" = "x"') + 1
     assert str(path) in str(info.value)
-    assert (f"[server] env, key {name!r} (line {line}): not an environment variable name"
-            in str(info.value))
+    assert f"[server] env, key {name!r} (line {line}): not an environment variable name" in str(
+        info.value
+    )
 
 
 def test_dry_run_lines_are_safe_to_paste(tmp_path: Path) -> None:
@@ -139,10 +173,17 @@ def test_dry_run_lines_are_safe_to_paste(tmp_path: Path) -> None:
 
     pwned = tmp_path / "pwned"
     hostile = f"$(touch {pwned})`touch {pwned}`'\"\n;touch {pwned}"
-    command = LaunchCommand("prefill", ("printenv", "V"), {"V": hostile, f"$(touch {pwned})": "x"},
-                            tmp_path / "log", "http://x", "x")
-    proc = subprocess.run(["bash", "-c", command.shell()], capture_output=True, text=True,
-                          check=False)
+    command = LaunchCommand(
+        "prefill",
+        ("printenv", "V"),
+        {"V": hostile, f"$(touch {pwned})": "x"},
+        tmp_path / "log",
+        "http://x",
+        "x",
+    )
+    proc = subprocess.run(
+        ["bash", "-c", command.shell()], capture_output=True, text=True, check=False
+    )
     assert not pwned.exists(), command.shell()
     assert proc.returncode == 127  # the quoted bad name is a word the shell cannot run
     ok = LaunchCommand("prefill", ("printenv", "V"), {"V": hostile}, tmp_path / "log", "", "")

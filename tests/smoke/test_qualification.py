@@ -11,43 +11,60 @@ from pathlib import Path
 
 from .conftest import SmokeProject, free_ports
 
-ARITH = "".join(json.dumps({"question": f"What is {a} + {b}?", "answer": f"#### {a + b}"}) + "\n"
-                for a, b in ((17, 25), (3, 4), (120, 7), (9, 91)))
+ARITH = "".join(
+    json.dumps({"question": f"What is {a} + {b}?", "answer": f"#### {a + b}"}) + "\n"
+    for a, b in ((17, 25), (3, 4), (120, 7), (9, 91))
+)
 
 
-def _qual_profile(project: SmokeProject, *, checks: dict | None = None,
-                  decode_env: dict | None = None, gates: dict | None = None,
-                  colocated_env: dict | None = None, server_env: dict | None = None) -> None:
-    port = next(p for p in iter(lambda: free_ports(1)[0], None)
-                if p not in project.ports.values())  # not one of the pair's
+def _qual_profile(
+    project: SmokeProject,
+    *,
+    checks: dict | None = None,
+    decode_env: dict | None = None,
+    gates: dict | None = None,
+    colocated_env: dict | None = None,
+    server_env: dict | None = None,
+) -> None:
+    port = next(
+        p for p in iter(lambda: free_ports(1)[0], None) if p not in project.ports.values()
+    )  # not one of the pair's
     model = project.root / "model"  # a local model directory: its identity is digested
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["StandinForCausalLM"]}')
     (model / "model.safetensors").write_bytes(b"stand-in weights")
-    top = {"colocated": {"gpus": [4], "port": port, "env": colocated_env or {}},
-           "limitations": ["stand-in servers: no model computes anything"],
-           "model": str(model)}
+    top = {
+        "colocated": {"gpus": [4], "port": port, "env": colocated_env or {}},
+        "limitations": ["stand-in servers: no model computes anything"],
+        "model": str(model),
+    }
     if gates is not None:
         top["gates"] = gates
     project.write_profile(
-        decode_env=decode_env, top_extra=top,
-        checks={"run": ["generate", "equivalence"], "equivalence-prompts": ["one two", "x"],
-                "equivalence-long-prompt-tokens": [300], "equivalence-max-new-tokens": 12,
-                **(checks or {})})
+        decode_env=decode_env,
+        top_extra=top,
+        checks={
+            "run": ["generate", "equivalence"],
+            "equivalence-prompts": ["one two", "x"],
+            "equivalence-long-prompt-tokens": [300],
+            "equivalence-max-new-tokens": 12,
+            **(checks or {}),
+        },
+    )
     if server_env:
         path = project.root / "profiles" / "standin.toml"
-        import tomllib
-
         import tomli_w
+        import tomllib
 
         data = tomllib.loads(path.read_text())
         data["server"]["env"].update(server_env)
         path.write_text(tomli_w.dumps(data))
 
 
-def _run(project: SmokeProject, venv: Path, *args: str):  # noqa: ANN202
-    return project.smoke("--profile", "standin", "--out", str(project.run_dir), "--venv",
-                         str(venv), *args)
+def _run(project: SmokeProject, venv: Path, *args: str):
+    return project.smoke(
+        "--profile", "standin", "--out", str(project.run_dir), "--venv", str(venv), *args
+    )
 
 
 def _check(report: dict, name: str) -> dict:
@@ -62,11 +79,13 @@ def _receipt(project: SmokeProject) -> dict:
 
 
 def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
-        smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path
+) -> None:
     _qual_profile(smoke_project)
     key = tmp_path / "id"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "q", "-f", str(key)],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "q", "-f", str(key)], check=True
+    )
     result = _run(smoke_project, installed_venv, "--sign-key", str(key))
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["name"]: c for c in smoke_project.report()["checks"]}
@@ -81,8 +100,9 @@ def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
     assert receipt["wheel_set"]["digest"] == hashlib.sha256(lock).hexdigest()
     wheels = {w["name"]: w for w in receipt["wheel_set"]["wheels"]}
     assert set(wheels) == {"sglang", "sglang-kernel", "tinydep"}
-    assert wheels["sglang"]["sha256"] == [hashlib.sha256(smoke_project.wheels[0].read_bytes())
-                                          .hexdigest()]
+    assert wheels["sglang"]["sha256"] == [
+        hashlib.sha256(smoke_project.wheels[0].read_bytes()).hexdigest()
+    ]
     assert receipt["result"] == "pass" and receipt["gates_passed"] is True
     profile = (smoke_project.root / "profiles" / "standin.toml").read_bytes()
     assert receipt["profile"]["sha256"] == hashlib.sha256(profile).hexdigest()
@@ -94,25 +114,45 @@ def test_equivalence_passes_and_the_receipt_binds_the_wheel_set(
     signers = tmp_path / "allowed_signers"
     signers.write_text("q " + key.with_suffix(".pub").read_text())
     receipt_path = smoke_project.run_dir / "receipt.json"
-    verify = ["receipt", "verify", str(receipt_path), "--wheels", str(smoke_project.root /
-              "wheelhouse"), "--allowed-signers", str(signers), "--identity", "q"]
-    out = subprocess.run(smoke_project.command(*verify, "--wheels",
-                                               str(smoke_project.root / "wheels")),
-                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+    verify = [
+        "receipt",
+        "verify",
+        str(receipt_path),
+        "--wheels",
+        str(smoke_project.root / "wheelhouse"),
+        "--allowed-signers",
+        str(signers),
+        "--identity",
+        "q",
+    ]
+    out = subprocess.run(
+        smoke_project.command(*verify, "--wheels", str(smoke_project.root / "wheels")),
+        capture_output=True,
+        text=True,
+        env=smoke_project.env(),
+        check=False,
+    )
     assert out.returncode == 0 and "signature by 'q' verified" in out.stdout, out.stderr
     tampered = tmp_path / "tampered"
     tampered.mkdir()
     for wheel in smoke_project.wheels:
         (tampered / wheel.name).write_bytes(wheel.read_bytes())
     (tampered / smoke_project.wheels[1].name).write_bytes(
-        smoke_project.wheels[1].read_bytes()[:-1] + b"!")
-    out = subprocess.run(smoke_project.command(*verify, "--wheels", str(tampered)),
-                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+        smoke_project.wheels[1].read_bytes()[:-1] + b"!"
+    )
+    out = subprocess.run(
+        smoke_project.command(*verify, "--wheels", str(tampered)),
+        capture_output=True,
+        text=True,
+        env=smoke_project.env(),
+        check=False,
+    )
     assert out.returncode == 2 and "not the qualified bytes" in out.stderr
 
 
 def test_colocated_after_pair_starts_once_the_pair_is_stopped(
-        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     # The colocated stand-in refuses to start while decode still listens: only the
     # after-pair order passes (with-pair, the same profile fails at launch).
     free = {"STANDIN_REQUIRE_FREE_PORT": str(smoke_project.ports["decode"])}
@@ -128,8 +168,11 @@ def test_colocated_after_pair_starts_once_the_pair_is_stopped(
     eq = _check(report, "equivalence")
     assert eq["passed"] and eq["metrics"]["identical"] == 3
     assert report["teardown"]["before_colocated"]["survivors"] == {}
-    assert set(report["teardown"]["before_colocated"]["signalled"]) == {"router", "prefill",
-                                                                         "decode"}
+    assert set(report["teardown"]["before_colocated"]["signalled"]) == {
+        "router",
+        "prefill",
+        "decode",
+    }
     assert report["teardown"]["signalled"] == {"colocated": "SIGTERM"}
     from sglforge.smoke.processes import group_members
 
@@ -137,7 +180,8 @@ def test_colocated_after_pair_starts_once_the_pair_is_stopped(
 
 
 def test_a_diverging_decode_fails_equivalence_naming_prompt_position_and_tokens(
-        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     _qual_profile(smoke_project, decode_env={"STANDIN_DIVERGE_AT": "5"})
     result = _run(smoke_project, installed_venv)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -152,7 +196,8 @@ def test_a_diverging_decode_fails_equivalence_naming_prompt_position_and_tokens(
 
 
 def test_record_then_compare_reference_passes_and_a_perturbed_one_fails(
-        smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path
+) -> None:
     _qual_profile(smoke_project, checks={"run": ["generate"], "reference-top-k": 3})
     ref = tmp_path / "ref.json"
     result = _run(smoke_project, installed_venv, "--record-reference", str(ref))
@@ -179,23 +224,37 @@ def test_record_then_compare_reference_passes_and_a_perturbed_one_fails(
     assert "top-1 match" in check["detail"] and "'x' at position 4" in check["detail"]
     # The same judgement offline, against what that run observed.
     observed = smoke_project.run_dir / "reference-observed.json"
-    out = subprocess.run(smoke_project.command("reference", "compare", "--reference", str(ref),
-                                               "--observed", str(observed)),
-                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+    out = subprocess.run(
+        smoke_project.command(
+            "reference", "compare", "--reference", str(ref), "--observed", str(observed)
+        ),
+        capture_output=True,
+        text=True,
+        env=smoke_project.env(),
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    out = subprocess.run(smoke_project.command("reference", "compare", "--reference",
-                                               str(perturbed), "--observed", str(observed)),
-                         capture_output=True, text=True, env=smoke_project.env(), check=False)
+    out = subprocess.run(
+        smoke_project.command(
+            "reference", "compare", "--reference", str(perturbed), "--observed", str(observed)
+        ),
+        capture_output=True,
+        text=True,
+        env=smoke_project.env(),
+        check=False,
+    )
     assert out.returncode == 1 and "top-1 match" in out.stdout
 
 
 def test_reference_shifted_logprobs_and_other_model_fail(
-        smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path
+) -> None:
     _qual_profile(smoke_project, checks={"run": ["generate"]})
     ref = tmp_path / "ref.json"
     assert _run(smoke_project, installed_venv, "--record-reference", str(ref)).returncode == 0
-    _qual_profile(smoke_project, checks={"run": ["generate"]},
-                  server_env={"STANDIN_LOGPROB_SHIFT": "-0.5"})
+    _qual_profile(
+        smoke_project, checks={"run": ["generate"]}, server_env={"STANDIN_LOGPROB_SHIFT": "-0.5"}
+    )
     result = _run(smoke_project, installed_venv, "--reference", str(ref))
     assert result.returncode == 1
     check = _check(smoke_project.report(), "reference")
@@ -211,12 +270,23 @@ def test_reference_shifted_logprobs_and_other_model_fail(
 
 
 def test_bad_reference_file_fails_before_anything_starts(
-        smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path
+) -> None:
     _qual_profile(smoke_project)
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"kind": "sglforge-reference", "schema": 1, "model": {},
-                               "stack": {}, "top_k": 2, "max_new_tokens": 4,
-                               "prompts": [{"prompt": "a", "ids": [1, 2], "logprobs": [0.1]}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "kind": "sglforge-reference",
+                "schema": 1,
+                "model": {},
+                "stack": {},
+                "top_k": 2,
+                "max_new_tokens": 4,
+                "prompts": [{"prompt": "a", "ids": [1, 2], "logprobs": [0.1]}],
+            }
+        )
+    )
     result = _run(smoke_project, installed_venv, "--reference", str(bad))
     assert result.returncode == 1
     assert "prompts[0].logprobs: expected 2 finite numbers" in result.stderr
@@ -225,23 +295,34 @@ def test_bad_reference_file_fails_before_anything_starts(
 
 
 def test_gates_are_reported_with_thresholds_and_enforced_only_where_asked(
-        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     questions = smoke_project.root / "gates" / "q.jsonl"
     questions.parent.mkdir(parents=True)
     questions.write_text(ARITH)
     digest = hashlib.sha256(ARITH.encode()).hexdigest()
-    gates = {"accuracy": {"questions": "gates/q.jsonl", "sha256": digest,
-                          "min-exact-match": 0.75, "max-new-tokens": 8},
-             "long-output": {"tokens": 300},
-             "needle": {"trials": 2, "min-recall": {"256": 1.0, "2048": 0.5},
-                        "enforce": False}}
-    _qual_profile(smoke_project, gates=gates, checks={"run": ["generate"]},
-                  server_env={"STANDIN_ARITHMETIC": "1"},
-                  decode_env={"STANDIN_FORGET_BEYOND": "1000"})
+    gates = {
+        "accuracy": {
+            "questions": "gates/q.jsonl",
+            "sha256": digest,
+            "min-exact-match": 0.75,
+            "max-new-tokens": 8,
+        },
+        "long-output": {"tokens": 300},
+        "needle": {"trials": 2, "min-recall": {"256": 1.0, "2048": 0.5}, "enforce": False},
+    }
+    _qual_profile(
+        smoke_project,
+        gates=gates,
+        checks={"run": ["generate"]},
+        server_env={"STANDIN_ARITHMETIC": "1"},
+        decode_env={"STANDIN_FORGET_BEYOND": "1000"},
+    )
     # Forgetting lives in prefill's view; put it there too.
     path = smoke_project.root / "profiles" / "standin.toml"
-    path.write_text(path.read_text().replace("[prefill.env]", "[prefill.env]\n"
-                                             'STANDIN_FORGET_BEYOND = "1000"'))
+    path.write_text(
+        path.read_text().replace("[prefill.env]", '[prefill.env]\nSTANDIN_FORGET_BEYOND = "1000"')
+    )
     result = _run(smoke_project, installed_venv)
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["name"]: c for c in _receipt(smoke_project)["checks"]}
@@ -251,8 +332,10 @@ def test_gates_are_reported_with_thresholds_and_enforced_only_where_asked(
     needle = checks["needle-recall"]
     assert needle["value"] == {"256": 1.0, "2048": 0.0} and not needle["passed"]
     assert needle["enforced"] is False  # reported, not failing the smoke
-    assert any("gate needle-recall failed and is not enforced" in x
-               for x in _receipt(smoke_project)["limitations"])
+    assert any(
+        "gate needle-recall failed and is not enforced" in x
+        for x in _receipt(smoke_project)["limitations"]
+    )
 
     # Without the stand-in's arithmetic the enforced accuracy gate fails the smoke.
     _qual_profile(smoke_project, gates=gates, checks={"run": ["generate"]})

@@ -52,17 +52,31 @@ def test_full_smoke_run_passes_and_report_is_complete(smoke_project: SmokeProjec
     assert report["result"] == "pass"
     assert report["failure"] is None
     assert [s["name"] for s in report["stages"]] == [
-        "wheels", "stack check", "doctor", "install", "launch", "health", "health_generate",
-        "router", "checks"]
+        "wheels",
+        "stack check",
+        "doctor",
+        "install",
+        "launch",
+        "health",
+        "health_generate",
+        "router",
+        "checks",
+    ]
     assert all(s["ok"] for s in report["stages"])
     checks = {c["name"]: c for c in report["checks"]}
     assert set(checks) == {"generate", "logprobs", "stream", "concurrent", "needle"}
     assert all(c["passed"] for c in checks.values()), checks
     assert checks["generate"]["metrics"]["text"].strip()
-    assert checks["logprobs"]["metrics"]["output_token_logprobs"] == \
-        checks["logprobs"]["metrics"]["completion_tokens"] == 8
-    assert checks["concurrent"]["metrics"] == {**checks["concurrent"]["metrics"],
-                                               "requests": 8, "failed": 0}
+    assert (
+        checks["logprobs"]["metrics"]["output_token_logprobs"]
+        == checks["logprobs"]["metrics"]["completion_tokens"]
+        == 8
+    )
+    assert checks["concurrent"]["metrics"] == {
+        **checks["concurrent"]["metrics"],
+        "requests": 8,
+        "failed": 0,
+    }
     summary = report["summary"]
     assert summary["ttft_s"] > 0 and summary["decode_tokens_per_s"] > 0
     assert summary["concurrent_tokens_per_s"] > 0
@@ -73,8 +87,12 @@ def test_full_smoke_run_passes_and_report_is_complete(smoke_project: SmokeProjec
     assert len(report["versions"]["sglang"]["commit"]) == 40
     # The fresh venv really holds the locked set, third-party dep from the wheelhouse.
     venv_python = smoke_project.run_dir / "venv" / "bin" / "python"
-    listed = subprocess.run([str(venv_python), "-m", "pip", "list", "--format=json"],
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [str(venv_python), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     versions = {p["name"]: p["version"] for p in json.loads(listed)}
     assert versions["tinydep"] == "1.0"
     assert versions["sglang-kernel"] == "0.4.7+sm120.cu130.abcd1234"
@@ -92,14 +110,17 @@ def test_full_smoke_run_passes_and_report_is_complete(smoke_project: SmokeProjec
     assert "needle recall" in text and "sglang-kernel" in text
 
 
-def test_needle_probe_reports_where_the_standin_forgets(smoke_project: SmokeProject,
-                                                        installed_venv: Path) -> None:
+def test_needle_probe_reports_where_the_standin_forgets(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     # The prefill stand-in drops the needle from prompts longer than 1500 tokens, so decode
     # (which only knows what prefill published for the room) cannot recall it.
-    smoke_project.write_profile(prefill_env={"STANDIN_FORGET_BEYOND": "1500"},
-                                checks={"run": ["needle"]})
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    smoke_project.write_profile(
+        prefill_env={"STANDIN_FORGET_BEYOND": "1500"}, checks={"run": ["needle"]}
+    )
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     needle = smoke_project.report()["checks"][0]
     assert needle["metrics"]["recalled"] == [256, 1024]
@@ -109,25 +130,30 @@ def test_needle_probe_reports_where_the_standin_forgets(smoke_project: SmokeProj
     assert "LOST" in (smoke_project.run_dir / "smoke-summary.txt").read_text()
 
     # The same forgetting at a length the profile requires fails the smoke.
-    smoke_project.write_profile(prefill_env={"STANDIN_FORGET_BEYOND": "1500"},
-                                checks={"run": ["needle"], "needle-must-recall": [256, 2048]})
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    smoke_project.write_profile(
+        prefill_env={"STANDIN_FORGET_BEYOND": "1500"},
+        checks={"run": ["needle"], "needle-must-recall": [256, 2048]},
+    )
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 1
     assert "needle lost at required length(s) [2048]" in result.stdout
     assert smoke_project.report()["result"] == "fail"
     _assert_nothing_survives(smoke_project)
 
 
-def test_decode_dying_mid_run_fails_with_its_log_tail(smoke_project: SmokeProject,
-                                                      installed_venv: Path) -> None:
-    smoke_project.write_profile(decode_env={"STANDIN_DIE_AFTER": "2",
-                                            "STANDIN_SPAWN_CHILD": "1"})
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+def test_decode_dying_mid_run_fails_with_its_log_tail(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
+    smoke_project.write_profile(decode_env={"STANDIN_DIE_AFTER": "2", "STANDIN_SPAWN_CHILD": "1"})
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert re.search(r"decode \(pid \d+\) ended during check '\w+': exit status 3",
-                     result.stderr), result.stderr
+    assert re.search(
+        r"decode \(pid \d+\) ended during check '\w+': exit status 3", result.stderr
+    ), result.stderr
     assert "last lines of decode (exit status 3) log" in result.stderr
     assert "simulated crash: /generate number 3" in result.stderr
     report = smoke_project.report()
@@ -138,17 +164,19 @@ def test_decode_dying_mid_run_fails_with_its_log_tail(smoke_project: SmokeProjec
     _assert_nothing_survives(smoke_project)
 
 
-def test_server_that_never_becomes_healthy_hits_the_deadline(smoke_project: SmokeProject,
-                                                             installed_venv: Path) -> None:
-    smoke_project.write_profile(prefill_env={"STANDIN_NEVER_HEALTHY": "1"},
-                                timeouts={"health": 2})
+def test_server_that_never_becomes_healthy_hits_the_deadline(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
+    smoke_project.write_profile(prefill_env={"STANDIN_NEVER_HEALTHY": "1"}, timeouts={"health": 2})
     start = time.monotonic()
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "prefill did not answer 200 on /health within 2 s (last answer: HTTP 503" \
-        in result.stderr
+    assert (
+        "prefill did not answer 200 on /health within 2 s (last answer: HTTP 503" in result.stderr
+    )
     assert elapsed < 30
     report = smoke_project.report()
     assert report["failure"]["process"] == "prefill"
@@ -156,14 +184,21 @@ def test_server_that_never_becomes_healthy_hits_the_deadline(smoke_project: Smok
     _assert_nothing_survives(smoke_project)
 
 
-def test_port_in_use_is_a_clear_error_before_anything_starts(smoke_project: SmokeProject,
-                                                            installed_venv: Path) -> None:
+def test_port_in_use_is_a_clear_error_before_anything_starts(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     port = smoke_project.ports["decode"]
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        result = smoke_project.smoke("--profile", "standin", "--out",
-                                     str(smoke_project.run_dir), "--venv", str(installed_venv))
+        result = smoke_project.smoke(
+            "--profile",
+            "standin",
+            "--out",
+            str(smoke_project.run_dir),
+            "--venv",
+            str(installed_venv),
+        )
     assert result.returncode == 1
     assert f"port {port} (decode HTTP port) on 127.0.0.1 is already in use" in result.stdout
     assert "nothing was started" in result.stderr
@@ -174,18 +209,33 @@ def test_port_in_use_is_a_clear_error_before_anything_starts(smoke_project: Smok
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_venv: Path,
-                                      sig: signal.Signals) -> None:
+def test_ctrl_c_tears_everything_down(
+    smoke_project: SmokeProject, installed_venv: Path, sig: signal.Signals
+) -> None:
     # Decode never becomes healthy (long deadline) so the smoke is mid-wait when interrupted;
     # prefill ignores SIGTERM, so teardown has to escalate to SIGKILL.
     smoke_project.write_profile(
         prefill_env={"STANDIN_IGNORE_SIGTERM": "1", "STANDIN_SPAWN_CHILD": "1"},
-        decode_env={"STANDIN_NEVER_HEALTHY": "1"}, timeouts={"health": 120, "teardown": 1})
+        decode_env={"STANDIN_NEVER_HEALTHY": "1"},
+        timeouts={"health": 120, "teardown": 1},
+    )
     smoke = subprocess.Popen(
-        smoke_project.command("smoke", "--profile", "standin", "--out",
-                              str(smoke_project.run_dir), "--venv", str(installed_venv)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=smoke_project.env(),
-        preexec_fn=default_signals)  # even when the suite runs with SIGINT ignored (nohup &)
+        smoke_project.command(
+            "smoke",
+            "--profile",
+            "standin",
+            "--out",
+            str(smoke_project.run_dir),
+            "--venv",
+            str(installed_venv),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=smoke_project.env(),
+        # even when the suite runs with SIGINT ignored (nohup &); no threads fork here
+        preexec_fn=default_signals,  # noqa: PLW1509
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -214,7 +264,8 @@ def test_ctrl_c_tears_everything_down(smoke_project: SmokeProject, installed_ven
 
 
 def test_missing_third_party_wheel_fails_install_with_pip_output(
-        smoke_project: SmokeProject) -> None:
+    smoke_project: SmokeProject,
+) -> None:
     for wheel in (smoke_project.root / "wheelhouse").iterdir():
         wheel.unlink()
     result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir))
@@ -225,25 +276,40 @@ def test_missing_third_party_wheel_fails_install_with_pip_output(
     assert not (smoke_project.run_dir / "processes.json").exists()
 
 
-def test_server_that_cannot_start_fails_cleanly(smoke_project: SmokeProject,
-                                                installed_venv: Path) -> None:
+def test_server_that_cannot_start_fails_cleanly(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     smoke_project.write_profile(server_command=["/nonexistent/launch_server"])
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "cannot start prefill: /nonexistent/launch_server: No such file or directory" \
+    assert (
+        "cannot start prefill: /nonexistent/launch_server: No such file or directory"
         in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert smoke_project.report()["failure"]["stage"] == "launch"
 
 
-def test_closed_stdout_does_not_prevent_teardown(smoke_project: SmokeProject,
-                                                 installed_venv: Path) -> None:
+def test_closed_stdout_does_not_prevent_teardown(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     """`sglforge smoke | head` closes the pipe early; the servers must still be torn down."""
     smoke = subprocess.Popen(
-        smoke_project.command("smoke", "--profile", "standin", "--out",
-                              str(smoke_project.run_dir), "--venv", str(installed_venv)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=smoke_project.env())
+        smoke_project.command(
+            "smoke",
+            "--profile",
+            "standin",
+            "--out",
+            str(smoke_project.run_dir),
+            "--venv",
+            str(installed_venv),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=smoke_project.env(),
+    )
     smoke.stdout.readline()
     smoke.stdout.close()
     smoke.wait(timeout=60)
@@ -254,11 +320,13 @@ def test_closed_stdout_does_not_prevent_teardown(smoke_project: SmokeProject,
 
 
 def test_router_missing_from_the_smoke_venv_is_named_before_launch(
-        smoke_project: SmokeProject, installed_venv: Path) -> None:
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
     # The shipped profile runs the router from the smoke venv; the test lock lacks it.
     smoke_project.write_profile(router_command=["{python}", "-m", "sglang_router.launch_router"])
-    result = smoke_project.smoke("--profile", "standin", "--out", str(smoke_project.run_dir),
-                                 "--venv", str(installed_venv))
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "[router] command: module 'sglang_router' is not installed" in result.stderr
     assert "sglang-router==0.3.2" in result.stderr

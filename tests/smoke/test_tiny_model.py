@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import struct
@@ -34,8 +35,7 @@ SRC = Path(tinymodel.__file__).resolve().parents[2]
 
 
 def _digests(directory: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.iterdir())}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
 
 
 def test_two_generations_in_different_directories_are_identical(tmp_path: Path) -> None:
@@ -45,10 +45,14 @@ def test_two_generations_in_different_directories_are_identical(tmp_path: Path) 
         out = tmp_path / name
         cwd = tmp_path / name.split("/")[0]
         cwd.mkdir(parents=True, exist_ok=True)
-        run = subprocess.run([sys.executable, "-m", "sglforge", "tiny-model", str(out)],
-                             cwd=cwd, capture_output=True, text=True, check=False,
-                             env={**os.environ, "PYTHONPATH": str(SRC),
-                                  "PYTHONHASHSEED": str(len(name))})
+        run = subprocess.run(
+            [sys.executable, "-m", "sglforge", "tiny-model", str(out)],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(SRC), "PYTHONHASHSEED": str(len(name))},
+        )
         assert run.returncode == 0, run.stderr
         outs.append(_digests(out))
     assert outs[0] == outs[1]
@@ -57,10 +61,15 @@ def test_two_generations_in_different_directories_are_identical(tmp_path: Path) 
 
 def test_the_bytes_are_the_pinned_ones() -> None:
     files = tinymodel.model_files(seed=0, heads=2)
-    got = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()
-           if name != tinymodel.MARKER}
-    assert got == PINNED, ("the tiny model's bytes changed: a new corpus or procedure is a new "
-                           "model; bump tinymodel.GENERATION and re-pin")
+    got = {
+        name: hashlib.sha256(data).hexdigest()
+        for name, data in files.items()
+        if name != tinymodel.MARKER
+    }
+    assert got == PINNED, (
+        "the tiny model's bytes changed: a new corpus or procedure is a new "
+        "model; bump tinymodel.GENERATION and re-pin"
+    )
     info = json.loads(files[tinymodel.MARKER])
     assert info["generation"] == tinymodel.GENERATION == 2
     assert info["corpus_sha256"] == CORPUS_SHA256 == tinymodel.corpus_sha256()
@@ -88,27 +97,27 @@ def test_safetensors_layout_is_what_loaders_read() -> None:
     data = tinymodel.model_files()["model.safetensors"]
     (size,) = struct.unpack("<Q", data[:8])
     assert size % 8 == 0
-    header = json.loads(data[8:8 + size])
+    header = json.loads(data[8 : 8 + size])
     assert header.pop("__metadata__") == {"format": "pt"}
     spans = sorted(tuple(t["data_offsets"]) for t in header.values())
     assert spans[0][0] == 0 and spans[-1][1] == len(data) - 8 - size
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # back to back, no holes
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # back to back, no holes
     embed = header["model.embed_tokens.weight"]
     assert embed["dtype"] == "BF16" and embed["shape"] == [4096, 128]
     assert "lm_head.weight" not in header  # tied
     start = 8 + size + embed["data_offsets"][0]
-    assert data[start:start + 3 * 128 * 2] == bytes(3 * 128 * 2)  # <s>, </s>, <pad> rows zero
+    assert data[start : start + 3 * 128 * 2] == bytes(3 * 128 * 2)  # <s>, </s>, <pad> rows zero
     norm = header["model.norm.weight"]
     start = 8 + size + norm["data_offsets"][0]
-    assert set(struct.unpack("<128H", data[start:start + 256])) == {tinymodel.BF16_ONE}
+    assert set(struct.unpack("<128H", data[start : start + 256])) == {tinymodel.BF16_ONE}
 
 
 def test_uniform_bf16_rounds_to_nearest_even() -> None:
     values = tinymodel.uniform_bf16("x", 4096)
     floats = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
-    bound = tinymodel.INIT_STD * 3 ** 0.5
+    bound = tinymodel.INIT_STD * 3**0.5
     assert all(-bound * 1.01 < f < bound * 1.01 for f in floats)
-    assert abs(sum(f * f for f in floats) / len(floats) - tinymodel.INIT_STD ** 2) < 4e-5
+    assert abs(sum(f * f for f in floats) / len(floats) - tinymodel.INIT_STD**2) < 4e-5
     assert tinymodel.uniform_bf16("x", 16) == values[:16]  # a prefix of the same stream
 
 
@@ -121,8 +130,10 @@ def test_bpe_merges_are_consistent() -> None:
     assert all(" " not in a + b for a, b in merges)  # "a b" is how tokenizer.json lists them
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None,
-                    reason="needs the `tokenizers` library (the serving stack has it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("tokenizers") is None,
+    reason="needs the `tokenizers` library (the serving stack has it)",
+)
 def test_tokenizer_loads_and_round_trips(tmp_path: Path) -> None:  # pragma: no cover
     from tokenizers import Tokenizer
 

@@ -38,32 +38,56 @@ def test_the_running_python_when_it_is_the_toolchain_version() -> None:
 
 def test_pythonX_Y_on_path_is_used_when_it_really_is_that_version(tmp_path: Path) -> None:
     good = _script(tmp_path / "bin" / "python3.77", "echo 3.77")
-    assert find_python("3.77", search_path=str(tmp_path / "bin"), use_uv=False,
-                       pyenv_root=str(tmp_path / "nopyenv")) == good
+    assert (
+        find_python(
+            "3.77",
+            search_path=str(tmp_path / "bin"),
+            use_uv=False,
+            pyenv_root=str(tmp_path / "nopyenv"),
+        )
+        == good
+    )
 
 
 def test_a_broken_shim_on_path_falls_through_to_pyenv(tmp_path: Path) -> None:
     _script(tmp_path / "bin" / "python3.77", "echo 'pyenv: python3.77: not selected' >&2; exit 127")
-    installed = _script(tmp_path / "pyenv" / "versions" / "3.77.2" / "bin" / "python3.77",
-                        "echo 3.77")
-    assert find_python("3.77", search_path=str(tmp_path / "bin"), use_uv=False,
-                       pyenv_root=str(tmp_path / "pyenv")) == installed
+    installed = _script(
+        tmp_path / "pyenv" / "versions" / "3.77.2" / "bin" / "python3.77", "echo 3.77"
+    )
+    assert (
+        find_python(
+            "3.77",
+            search_path=str(tmp_path / "bin"),
+            use_uv=False,
+            pyenv_root=str(tmp_path / "pyenv"),
+        )
+        == installed
+    )
 
 
 def test_no_toolchain_python_is_an_error_saying_how_to_get_it(tmp_path: Path) -> None:
     _script(tmp_path / "bin" / "python3.77", "echo 3.11")  # lies about its name
     with pytest.raises(SglforgeError) as caught:
-        find_python("3.77", search_path=str(tmp_path / "bin"), use_uv=False,
-                    pyenv_root=str(tmp_path / "nopyenv"))
+        find_python(
+            "3.77",
+            search_path=str(tmp_path / "bin"),
+            use_uv=False,
+            pyenv_root=str(tmp_path / "nopyenv"),
+        )
     text = str(caught.value)
     assert "no Python 3.77 found" in text and "uv python install 3.77" in text
 
 
 def test_smoke_refuses_to_start_without_the_toolchain_python(smoke_project) -> None:
     (smoke_project.root / "lockfiles" / "toolchain.toml").write_text(
-        'cuda = "13.0"\npython = "3.77"\n')
-    result = smoke_project.smoke("--profile", "standin", "--dry-run",
-                                 env={"PATH": "/usr/bin:/bin", "PYENV_ROOT": "/nonexistent"})
+        'cuda = "13.0"\npython = "3.77"\n'
+    )
+    result = smoke_project.smoke(
+        "--profile",
+        "standin",
+        "--dry-run",
+        env={"PATH": "/usr/bin:/bin", "PYENV_ROOT": "/nonexistent"},
+    )
     assert result.returncode == 2, result.stdout
     assert "no Python 3.77 found" in result.stderr
 
@@ -89,15 +113,23 @@ def test_venv_is_made_with_the_toolchain_python_and_installs_offline(tmp_path: P
     (root / "lockfiles" / "toolchain.toml").write_text(f'cuda = "13.0"\npython = "{version}"\n')
     base = venv_base_python(root)
     assert base != Path(sys.executable)
-    plan = plan_install(root / "venv", root / "lockfiles" / "wheels.lock", root / "wheels",
-                        InstallSpec(wheelhouse=root / "wheelhouse", index_url=None), base)
+    plan = plan_install(
+        root / "venv",
+        root / "lockfiles" / "wheels.lock",
+        root / "wheels",
+        InstallSpec(wheelhouse=root / "wheelhouse", index_url=None),
+        base,
+    )
     assert plan.create[0] == str(base) and "--no-index" in plan.pip
     assert "--require-hashes" in plan.pip
     wheelset = load_wheelset(root / "wheels", root / "lockfiles" / "wheels.lock")
     install(plan, wheelset, root / "install.log")
-    made = subprocess.run([str(plan.python), "-c",
-                           "import sys; print('%d.%d' % sys.version_info[:2])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    made = subprocess.run(
+        [str(plan.python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert made == version
     assert installed_version("tinydep", plan.python) == "1.0"
     assert installed_version("sglang", plan.python) == "0.5.99+sm120.cu130.abcd1234"

@@ -13,7 +13,7 @@ from sglforge.wheel.wheelset import load_wheelset, parse_lock
 from .conftest import SmokeProject, make_wheel, provenance, sha256
 
 
-def _load(project: SmokeProject):  # noqa: ANN202
+def _load(project: SmokeProject):
     return load_wheelset(project.root / "wheels", project.root / "lockfiles" / "wheels.lock")
 
 
@@ -43,8 +43,12 @@ def test_lock_hash_not_matching_wheel_is_refused(smoke_project: SmokeProject) ->
 
 def test_wheel_replaced_after_build_is_refused(smoke_project: SmokeProject) -> None:
     kernel = next(w for w in smoke_project.wheels if "kernel" in w.name)
-    make_wheel(kernel.parent, "sglang-kernel", "0.4.7+sm120.cu130.abcd1234",
-               provenance("sglang-kernel", "0.4.7+sm120.cu130.abcd1234", ["sm_90a"]))
+    make_wheel(
+        kernel.parent,
+        "sglang-kernel",
+        "0.4.7+sm120.cu130.abcd1234",
+        provenance("sglang-kernel", "0.4.7+sm120.cu130.abcd1234", ["sm_90a"]),
+    )
     with pytest.raises(ConfigErrors, match="wheel changed after the build"):
         _load(smoke_project)
 

@@ -5,9 +5,14 @@
 #   gcc -shared -fPIC -I/usr/local/cuda/include -o fake_sm120.so fake_sm120.c -ldl
 #   LD_PRELOAD=$PWD/fake_sm120.so DG_JIT_CACHE_DIR=/tmp/dg120 python3 emulate_sm120.py
 # (with the sgl-deep-gemm wheel and torch importable; needs a CUDA GPU, any arch).
-import glob, os, torch, deep_gemm
-from deep_gemm.utils.math import per_token_cast_to_fp8
+import glob
+import os
+
+import deep_gemm
+import torch
 from deep_gemm.utils.layout import _pack_fp32_into_ue8m0_fallback as pack_ue8m0
+from deep_gemm.utils.math import per_token_cast_to_fp8
+
 print('capability seen:', torch.cuda.get_device_capability(), 'SMs:', torch.cuda.get_device_properties(0).multi_processor_count)
 dev = 'cuda'
 results = {}

@@ -43,7 +43,7 @@ def mask_url(text: str) -> str:
     (a Redis URL's lone userinfo is its password). The userinfo runs from `scheme://` to the
     last '@' in `text`."""
     match = _SCHEME.search(text)
-    if match is None or "@" not in text[match.end():]:
+    if match is None or "@" not in text[match.end() :]:
         return text
     start = match.end()
     end = text.rindex("@")
@@ -60,8 +60,10 @@ def url_parse_problem(url: str) -> str | None:
         parts = urlsplit(url)
         _ = parts.port  # raises for a non-numeric or out-of-range port
     except ValueError:
-        return ("is not a valid URL (its host or port cannot be parsed; percent-encode "
-                "'@', ':', '/', '?', '#' and spaces in the user name and password)")
+        return (
+            "is not a valid URL (its host or port cannot be parsed; percent-encode "
+            "'@', ':', '/', '?', '#' and spaces in the user name and password)"
+        )
     return None
 
 
@@ -78,8 +80,10 @@ def ambiguous_userinfo(url: str) -> str | None:
         return None
     parts = urlsplit(url)
     if "@" in parts.path + parts.query + parts.fragment:
-        return ("has an '@' after its host (a password with a raw '/', '?' or '#'?): "
-                "percent-encode them in the user name and password (%2F, %3F, %23, %40)")
+        return (
+            "has an '@' after its host (a password with a raw '/', '?' or '#'?): "
+            "percent-encode them in the user name and password (%2F, %3F, %23, %40)"
+        )
     return None
 
 

@@ -56,8 +56,10 @@ def read_capped(path: Path, limit: int, what: str) -> bytes:
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise SglforgeError(f"{path}: larger than the {_size(limit)} a {what} may be — refused "
-                            "(is it the file you meant?)")
+        raise SglforgeError(
+            f"{path}: larger than the {_size(limit)} a {what} may be — refused "
+            "(is it the file you meant?)"
+        )
     return data
 
 
@@ -132,7 +134,8 @@ def replace_dir(staged: Path, final: Path) -> None:
 
 def remove_tree(path: Path) -> None:
     """Remove a tree, including read-only files (git objects are 0444)."""
-    def onerror(func, name, _exc):  # noqa: ANN001
+
+    def onerror(func, name, _exc):
         os.chmod(name, 0o700)
         func(name)
 
@@ -168,8 +171,11 @@ def exclusive_lock(path: Path, what: str, *, wait: bool = False) -> Iterator[Non
             if not wait:
                 raise SglforgeError(f"{what} is in use by {holder} (lock {path})") from None
             # say why nothing happens instead of sitting silent (two fetches meeting)
-            print(f"waiting for the {what} lock held by {holder} ({path})", file=sys.stderr,
-                  flush=True)
+            print(
+                f"waiting for the {what} lock held by {holder} ({path})",
+                file=sys.stderr,
+                flush=True,
+            )
             fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
@@ -199,13 +205,14 @@ def path_inside(root: Path, rel: str, what: str, *, follow_last: bool = True) ->
     try:
         inside = walk_on_disk(root, parts, follow_last=follow_last)
     except LinkEscape as exc:
-        raise SglforgeError(f"{what}: {rel} {exc}: it leads outside the tree {root}, and "
-                            "sglforge follows no link out of an upstream tree") from None
+        raise SglforgeError(
+            f"{what}: {rel} {exc}: it leads outside the tree {root}, and "
+            "sglforge follows no link out of an upstream tree"
+        ) from None
     return root.joinpath(*inside)
 
 
-def copy_tree_inside(src: Path, dest: Path, what: str, *,
-                     ignore: tuple[str, ...] = ()) -> None:
+def copy_tree_inside(src: Path, dest: Path, what: str, *, ignore: tuple[str, ...] = ()) -> None:
     """Copy the directory `src` to `dest` (which must not exist): directories, regular files
     (mode without setuid/setgid/sticky, mtime) and links — copied as links, never followed,
     and only when they resolve inside `src` (resolved against `src` on disk, chains
@@ -218,15 +225,18 @@ def copy_tree_inside(src: Path, dest: Path, what: str, *,
     except OSError as exc:
         raise SglforgeError(f"{what}: cannot read {src} ({exc.strerror or exc})") from None
     if stat.S_ISLNK(top.st_mode):
-        raise SglforgeError(f"{what}: {src} is a symlink (to {os.readlink(src)!r}); sglforge "
-                            "copies a tree only from the directory itself, never through a "
-                            "link")
+        raise SglforgeError(
+            f"{what}: {src} is a symlink (to {os.readlink(src)!r}); sglforge "
+            "copies a tree only from the directory itself, never through a "
+            "link"
+        )
     if not stat.S_ISDIR(top.st_mode):
         raise SglforgeError(f"{what}: {src} is not a directory")
 
     def refuse(rel: str, why: str) -> SglforgeError:
-        return SglforgeError(f"{what}: {rel} {why}; sglforge copies no link out of a tree "
-                             f"(copying {src})")
+        return SglforgeError(
+            f"{what}: {rel} {why}; sglforge copies no link out of a tree (copying {src})"
+        )
 
     def copy_file(source: str, target: str, rel: str) -> os.stat_result:
         try:
@@ -237,13 +247,14 @@ def copy_tree_inside(src: Path, dest: Path, what: str, *,
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):  # swapped since it was listed
                 raise refuse(rel, "is no longer a regular file")
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
+            out = os.open(
+                target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
             try:
                 while chunk := os.read(fd, 1 << 20):
                     view = memoryview(chunk)
                     while view:
-                        view = view[os.write(out, view):]
+                        view = view[os.write(out, view) :]
                 os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
                 os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
             finally:
@@ -278,8 +289,9 @@ def copy_tree_inside(src: Path, dest: Path, what: str, *,
             elif stat.S_ISREG(info.st_mode):
                 copy_file(entry.path, out, rel)
             else:
-                raise SglforgeError(f"{what}: {rel} is not a regular file, directory or link "
-                                    f"(copying {src})")
+                raise SglforgeError(
+                    f"{what}: {rel} is not a regular file, directory or link (copying {src})"
+                )
         os.chmod(target, stat.S_IMODE(mode) & 0o777)
 
     copy_dir((), os.fspath(dest), top.st_mode)

@@ -61,14 +61,18 @@ def check_url(url: str) -> str | None:
         return "starts with '-' (git would read it as an option)"
     transport = _TRANSPORT.match(url)
     if transport:
-        return (f"uses the remote-helper transport '{transport.group(0)}', which is not allowed "
-                f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)}, "
-                "user@host:path, absolute paths)")
+        return (
+            f"uses the remote-helper transport '{transport.group(0)}', which is not allowed "
+            f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)}, "
+            "user@host:path, absolute paths)"
+        )
     if "://" in url:
         scheme = url.split("://", 1)[0].lower()
         if scheme not in ALLOWED_SCHEMES:
-            return (f"scheme '{scheme}://' is not allowed "
-                    f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)})")
+            return (
+                f"scheme '{scheme}://' is not allowed "
+                f"(allowed: {', '.join(s + '://' for s in ALLOWED_SCHEMES)})"
+            )
         problem = url_parse_problem(url)  # never the parser's text: it quotes a password
         if problem is not None:
             return problem
@@ -90,15 +94,25 @@ def check_url(url: str) -> str | None:
         if scp.group("host").startswith("-") or (scp.group("user") or "").startswith("-"):
             return "host or user starts with '-' (ssh would read it as an option)"
         return None
-    return ("is neither a URL (https://, http://, file://, ssh://), user@host:path, nor an "
-            "absolute path")
+    return (
+        "is neither a URL (https://, http://, file://, ssh://), user@host:path, nor an "
+        "absolute path"
+    )
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_ADVICE": "0",
-                "GIT_PROTOCOL_FROM_USER": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true",
-                "GCM_INTERACTIVE": "never"})
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "LC_ALL": "C",
+            "GIT_ADVICE": "0",
+            "GIT_PROTOCOL_FROM_USER": "0",
+            "GIT_ASKPASS": "true",
+            "SSH_ASKPASS": "true",
+            "GCM_INTERACTIVE": "never",
+        }
+    )
     # GIT_ALLOW_PROTOCOL would override the transport policy below.
     for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_ALLOW_PROTOCOL"):
         env.pop(key, None)
@@ -131,7 +145,9 @@ def stderr_text(proc: subprocess.CompletedProcess[bytes], limit: int = 40) -> st
 MISSING_OBJECT = re.compile(
     r"(?:unable to read|could not read|bad object|missing (?:blob|tree|commit|tag|object)|"
     r"corrupt loose object|loose object|did not send all necessary objects.*?)\s*'?"
-    r"([0-9a-f]{40}(?:[0-9a-f]{24})?)", re.IGNORECASE)
+    r"([0-9a-f]{40}(?:[0-9a-f]{24})?)",
+    re.IGNORECASE,
+)
 
 
 def missing_object(text: str) -> str | None:
@@ -153,16 +169,14 @@ def remove_fetch_litter(git_dir: Path) -> list[str]:
     pack_dir = objects / "pack"
     if pack_dir.is_dir():
         for path in pack_dir.iterdir():
-            temporary = path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_",
-                                              "tmp_mtimes_"))
+            temporary = path.name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_"))
             if temporary or (path.suffix == ".keep" and _fetch_keep(path)):
                 candidates.append(path)
     if objects.is_dir():
         for fanout in objects.iterdir():
             if len(fanout.name) == 2 and fanout.is_dir():
                 candidates += [p for p in fanout.iterdir() if p.name.startswith("tmp_obj_")]
-    for name in ("packed-refs.lock", "shallow.lock", "config.lock", "HEAD.lock",
-                 "FETCH_HEAD.lock"):
+    for name in ("packed-refs.lock", "shallow.lock", "config.lock", "HEAD.lock", "FETCH_HEAD.lock"):
         candidates.append(git_dir / name)
     if (git_dir / "refs").is_dir():
         candidates += (git_dir / "refs").rglob("*.lock")
@@ -203,9 +217,15 @@ def git(
     # git runs in a session of its own, so that an interrupt stops all of it: `git fetch`
     # starts upload-pack (and that pack-objects) for a local or ssh source, which the
     # kill() subprocess.run does on an exception would leave running.
-    child = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL if input is None else
-                             subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=git_env(env), start_new_session=True)
+    child = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=git_env(env),
+        start_new_session=True,
+    )
     try:
         stdout, stderr = child.communicate(input)
     except BaseException:  # KeyboardInterrupt, Terminated: reap the session, then go on
@@ -226,13 +246,14 @@ def rev(value: str) -> str:
     return value
 
 
-def git_out(*args: str, **kwargs) -> str:  # noqa: ANN003
+def git_out(*args: str, **kwargs) -> str:
     return git(*args, **kwargs).stdout.decode().strip()
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
     if not git_dir.exists():
         return False
-    proc = git("cat-file", "-e", "--end-of-options", f"{commit}^{{commit}}", git_dir=git_dir,
-               check=False)
+    proc = git(
+        "cat-file", "-e", "--end-of-options", f"{commit}^{{commit}}", git_dir=git_dir, check=False
+    )
     return proc.returncode == 0

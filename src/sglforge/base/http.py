@@ -26,8 +26,9 @@ class Response:
 
 def request(method: str, url: str, payload: Any = None, timeout: float = 10.0) -> Response:
     data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     start = time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as answer:
@@ -42,8 +43,12 @@ def request(method: str, url: str, payload: Any = None, timeout: float = 10.0) -
         body = json.loads(text) if text else None
     except json.JSONDecodeError:
         body = text
-    return Response(status, body, time.monotonic() - start,
-                    error="" if status == 200 else f"HTTP {status}: {text[:300]}")
+    return Response(
+        status,
+        body,
+        time.monotonic() - start,
+        error="" if status == 200 else f"HTTP {status}: {text[:300]}",
+    )
 
 
 def get(url: str, timeout: float = 10.0) -> Response:
@@ -62,8 +67,12 @@ class StreamEvent:
 
 def stream(url: str, payload: Any, timeout: float) -> Iterator[StreamEvent]:
     """POST and yield SGLang's server-sent events (`data: {...}` … `data: [DONE]`)."""
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     start = time.monotonic()
     with urllib.request.urlopen(req, timeout=timeout) as answer:
         for raw in answer:

@@ -20,8 +20,13 @@ class LinkEscape(Exception):
     """The path leaves the tree; the message is a phrase that completes "the link …"."""
 
 
-def walk(parts: Iterable[str], link_target: Callable[[Path], str | None], *,
-         follow_last: bool = True, guard: Callable[[Path], None] | None = None) -> Path:
+def walk(
+    parts: Iterable[str],
+    link_target: Callable[[Path], str | None],
+    *,
+    follow_last: bool = True,
+    guard: Callable[[Path], None] | None = None,
+) -> Path:
     """The components `parts` (relative to the root) lead to. `link_target(path)` is the
     target text of the link at `path`, or None where there is no link (a component that does
     not exist yet is taken as a name); it may raise LinkEscape (a target it cannot know).
@@ -51,8 +56,7 @@ def walk(parts: Iterable[str], link_target: Callable[[Path], str | None], *,
         if hops > MAX_LINK_HOPS:
             raise LinkEscape("loops (too many levels of symbolic links)")
         if target.startswith("/"):
-            raise LinkEscape(f"goes through the symlink {'/'.join(stack)} -> {target} "
-                             "(absolute)")
+            raise LinkEscape(f"goes through the symlink {'/'.join(stack)} -> {target} (absolute)")
         stack.pop()
         pending = target.split("/") + pending
     return tuple(stack)
@@ -76,14 +80,16 @@ class DiskLinks:
         except (FileNotFoundError, NotADirectoryError):
             return None  # a name that does not exist (yet): taken as a name
         except OSError as exc:
-            raise LinkEscape(f"cannot be read at {'/'.join(path)} ({exc.strerror or exc})"
-                             ) from None
+            raise LinkEscape(
+                f"cannot be read at {'/'.join(path)} ({exc.strerror or exc})"
+            ) from None
         self.followed.append(("/".join(path), target))
         return target
 
 
-def walk_on_disk(root: str | os.PathLike[str], parts: Iterable[str], *,
-                 follow_last: bool = True) -> Path:
+def walk_on_disk(
+    root: str | os.PathLike[str], parts: Iterable[str], *, follow_last: bool = True
+) -> Path:
     """`walk` over the real tree at `root`: where `parts` lead, following its links as the
     kernel would; LinkEscape, naming the link that led out, when the way leaves `root` (an
     absolute link, a `..` above the root, a loop)."""
@@ -93,6 +99,7 @@ def walk_on_disk(root: str | os.PathLike[str], parts: Iterable[str], *,
     except LinkEscape as exc:
         if links.followed and "goes through the symlink" not in str(exc):
             link, target = links.followed[-1]
-            raise LinkEscape(f"goes through the symlink {link} -> {target}, which then "
-                             f"{exc}") from None
+            raise LinkEscape(
+                f"goes through the symlink {link} -> {target}, which then {exc}"
+            ) from None
         raise

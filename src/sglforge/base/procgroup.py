@@ -83,8 +83,9 @@ def interrupts_deferred() -> Iterator[None]:
 
     For short steps that must not be cut in half (publishing wheels/ and its manifest)."""
     pending: list[int] = []
-    with _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
-                   lambda signum, frame: pending.append(signum)):
+    with _handling(
+        (signal.SIGINT, signal.SIGTERM, signal.SIGHUP), lambda signum, frame: pending.append(signum)
+    ):
         yield
     if pending:
         if pending[0] == signal.SIGINT:
@@ -143,8 +144,9 @@ class SessionTeardown:
     seconds: float
 
 
-def terminate_sessions(leaders: Sequence[subprocess.Popen], grace: float,
-                       settle: float = 5.0) -> list[SessionTeardown]:
+def terminate_sessions(
+    leaders: Sequence[subprocess.Popen], grace: float, settle: float = 5.0
+) -> list[SessionTeardown]:
     """SIGTERM every leader's session, wait `grace`, SIGKILL what is left, verify nothing
     survives; one result per leader, in order. Leaders are signalled in the order given."""
     start = time.monotonic()
@@ -177,8 +179,9 @@ def terminate_sessions(leaders: Sequence[subprocess.Popen], grace: float,
     return [SessionTeardown(h, s, seconds) for h, s in zip(how, survivors, strict=True)]
 
 
-def run_in_session(cmd: list[str], *, grace: float, poll: float = 0.2,
-                   on_poll: object = None, **popen: object) -> tuple[int, SessionTeardown]:
+def run_in_session(
+    cmd: list[str], *, grace: float, poll: float = 0.2, on_poll: object = None, **popen: object
+) -> tuple[int, SessionTeardown]:
     """Run `cmd` as a session leader until it exits; whatever happens (normal exit, an
     exception, KeyboardInterrupt, `Terminated`), no member of its session outlives the call.
 

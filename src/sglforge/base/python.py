@@ -25,16 +25,26 @@ OVERRIDE = "SGLFORGE_TOOLCHAIN_PYTHON"
 def major_minor(python: str) -> str | None:
     """`X.Y` of the interpreter at `python` (None: it does not run)."""
     try:
-        result = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                capture_output=True, text=True, timeout=30, check=False,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def candidates(version: str, *, search_path: str | None = None, use_uv: bool = True,
-               pyenv_root: str | None = None) -> list[str]:
+def candidates(
+    version: str,
+    *,
+    search_path: str | None = None,
+    use_uv: bool = True,
+    pyenv_root: str | None = None,
+) -> list[str]:
     """Where an interpreter of `version` may be, in the order they are tried."""
     found = [os.environ.get(OVERRIDE) or ""]
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
@@ -43,37 +53,55 @@ def candidates(version: str, *, search_path: str | None = None, use_uv: bool = T
     uv = shutil.which("uv", path=search_path) if use_uv else None
     if uv:
         try:
-            result = subprocess.run([uv, "python", "find", "--no-python-downloads", version],
-                                    capture_output=True, text=True, check=False,
-                                    stdin=subprocess.DEVNULL, timeout=60)
+            result = subprocess.run(
+                [uv, "python", "find", "--no-python-downloads", version],
+                capture_output=True,
+                text=True,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                timeout=60,
+            )
             if result.returncode == 0:
                 found.append(result.stdout.strip())
         except (OSError, subprocess.TimeoutExpired):
             pass
-    root = pyenv_root if pyenv_root is not None else os.environ.get(
-        "PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    found += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin",
-                                           f"python{version}")), reverse=True)
+    root = (
+        pyenv_root
+        if pyenv_root is not None
+        else os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    )
+    found += sorted(
+        glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")),
+        reverse=True,
+    )
     return [c for c in dict.fromkeys(found) if c]
 
 
-def find_python(version: str, purpose: str = "the build and smoke venvs", *,
-                search_path: str | None = None, use_uv: bool = True,
-                pyenv_root: str | None = None) -> Path:
+def find_python(
+    version: str,
+    purpose: str = "the build and smoke venvs",
+    *,
+    search_path: str | None = None,
+    use_uv: bool = True,
+    pyenv_root: str | None = None,
+) -> Path:
     """An interpreter of Python `version`, or an error saying where it looked and how to get
     one."""
-    for candidate in candidates(version, search_path=search_path, use_uv=use_uv,
-                                pyenv_root=pyenv_root):
+    for candidate in candidates(
+        version, search_path=search_path, use_uv=use_uv, pyenv_root=pyenv_root
+    ):
         if major_minor(candidate) == version:
             return Path(candidate)
     override = os.environ.get(OVERRIDE)
     tried = (f"${OVERRIDE} ({override}), " if override else "") + (
-        f"python{version} on PATH" + (", `uv python find`" if use_uv else "") + ", pyenv")
+        f"python{version} on PATH" + (", `uv python find`" if use_uv else "") + ", pyenv"
+    )
     raise SglforgeError(
         f"no Python {version} found for {purpose} (lockfiles/toolchain.toml `python`: the "
         f"wheels are built for exactly that version); looked at {tried}",
         hint=f"get it:  uv python install {version}   (https://docs.astral.sh/uv/)\n"
-             f"    or:  pyenv install {version}\n"
-             f"    or:  sudo apt install python{version} python{version}-venv   "
-             "(Debian/Ubuntu; deadsnakes PPA on older releases)\n"
-             f"  or point at one: {OVERRIDE}=/path/to/python{version}")
+        f"    or:  pyenv install {version}\n"
+        f"    or:  sudo apt install python{version} python{version}-venv   "
+        "(Debian/Ubuntu; deadsnakes PPA on older releases)\n"
+        f"  or point at one: {OVERRIDE}=/path/to/python{version}",
+    )

@@ -82,8 +82,9 @@ class DownloadProgress:
     """Lines about one long download: one each `every_bytes` or `every_seconds`, whichever
     comes first (a fast small download prints none; a trickle still prints)."""
 
-    def __init__(self, name: str, report, *, every_bytes: int = 256 << 20,  # noqa: ANN001
-                 every_seconds: float = 15.0) -> None:
+    def __init__(
+        self, name: str, report, *, every_bytes: int = 256 << 20, every_seconds: float = 15.0
+    ) -> None:
         self.name, self.report = name, report  # report(line): print, usually
         self.every_bytes, self.every_seconds = every_bytes, every_seconds
         self.started = self._last_time = time.monotonic()
@@ -91,8 +92,10 @@ class DownloadProgress:
 
     def update(self, done: int, total: int | None) -> None:
         now = time.monotonic()
-        if done - self._last_bytes < self.every_bytes and now - self._last_time < \
-                self.every_seconds:
+        if (
+            done - self._last_bytes < self.every_bytes
+            and now - self._last_time < self.every_seconds
+        ):
             return
         self._last_bytes, self._last_time = done, now
         of = f" of {_mib(total)} ({100 * done // max(total, 1)}%)" if total else ""
@@ -200,8 +203,9 @@ def _netrc_credentials(host: str) -> tuple[str, str] | None:
         parsed = netrc.netrc(str(path))
     except (netrc.NetrcParseError, OSError) as exc:
         # the message of NetrcParseError quotes the line: it might hold a password
-        raise SglforgeError(f"{path}: cannot read it ({type(exc).__name__}, line "
-                            f"{getattr(exc, 'lineno', '?')})") from None
+        raise SglforgeError(
+            f"{path}: cannot read it ({type(exc).__name__}, line {getattr(exc, 'lineno', '?')})"
+        ) from None
     # Only a `machine` entry naming this very host: `authenticators` falls back to the
     # `default` entry, whose credentials would then go to whatever host a config names.
     entry = next((v for k, v in parsed.hosts.items() if k.lower() == host.lower()), None)
@@ -212,7 +216,7 @@ def _netrc_credentials(host: str) -> tuple[str, str] | None:
 
 
 @contextlib.contextmanager
-def _local_file(path: Path):  # noqa: ANN202
+def _local_file(path: Path):
     """`path` opened for writing; a local failure is an error naming the file (not "cannot
     connect", which is what an OSError inside a request means)."""
     try:
@@ -223,7 +227,7 @@ def _local_file(path: Path):  # noqa: ANN202
         yield handle
 
 
-def _write(handle, data: bytes, path: Path) -> None:  # noqa: ANN001
+def _write(handle, data: bytes, path: Path) -> None:
     try:
         handle.write(data)
     except OSError as exc:
@@ -239,8 +243,9 @@ class _Response:
 class RemoteStore:
     """Files under one base URL (a WebDAV collection)."""
 
-    def __init__(self, url: str, *, read_only: bool, timeout: float,
-                 credentials: tuple[str, str] | None) -> None:
+    def __init__(
+        self, url: str, *, read_only: bool, timeout: float, credentials: tuple[str, str] | None
+    ) -> None:
         parts = urlsplit(url)
         self.scheme = parts.scheme
         self.host = parts.hostname or ""
@@ -256,8 +261,9 @@ class RemoteStore:
             self._auth = f"Basic {token}"
 
     @classmethod
-    def from_url(cls, url: str, *, read_only: bool = False,
-                 timeout: float = DEFAULT_TIMEOUT) -> RemoteStore:
+    def from_url(
+        cls, url: str, *, read_only: bool = False, timeout: float = DEFAULT_TIMEOUT
+    ) -> RemoteStore:
         problem = url_problem(url)
         if problem is not None:
             raise SglforgeError(f"remote store URL {redact(url)} {problem}")
@@ -295,8 +301,9 @@ class RemoteStore:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
-                                               context=ssl.create_default_context())
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=ssl.create_default_context()
+            )
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -305,13 +312,21 @@ class RemoteStore:
             headers["Authorization"] = self._auth
         return headers
 
-    def _fail(self, method: str, path: str, what: str,
-              kind: type[SglforgeError] = SglforgeError) -> SglforgeError:
+    def _fail(
+        self, method: str, path: str, what: str, kind: type[SglforgeError] = SglforgeError
+    ) -> SglforgeError:
         return kind(f"remote store: {method} {self._absolute(path)}: {what}")
 
     @contextlib.contextmanager
-    def _exchange(self, method: str, path: str, *, body=None,  # noqa: ANN001
-                  headers: dict[str, str] | None = None, deadline: float | None = None):
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body=None,
+        headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ):
         """One request on a fresh connection; yields the response (body not yet read).
         `deadline`: seconds for the whole exchange, reading the body included."""
         conn = self._connection()
@@ -326,7 +341,7 @@ class RemoteStore:
                 conn.request(method, path, body=body, headers=self._headers(headers))
                 response = conn.getresponse()
                 yield response
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 if watchdog is not None and watchdog.fired:
                     raise self._fail(method, path, late) from None
                 raise self._fail(method, path, f"timed out after {self.timeout:g}s") from None
@@ -343,8 +358,9 @@ class RemoteStore:
                 # ValueError: http.client on a mangled chunk size or Content-Length
                 if watchdog is not None and watchdog.fired:
                     raise self._fail(method, path, late) from None
-                raise self._fail(method, path, f"bad HTTP response ({type(exc).__name__})"
-                                 ) from None
+                raise self._fail(
+                    method, path, f"bad HTTP response ({type(exc).__name__})"
+                ) from None
             if watchdog is not None and watchdog.fired:  # the body ended because of it
                 raise self._fail(method, path, late)
         finally:
@@ -352,11 +368,19 @@ class RemoteStore:
                 watchdog.cancel()
             conn.close()
 
-    def _request(self, method: str, path: str, *, body=None,  # noqa: ANN001
-                 headers: dict[str, str] | None = None, limit: int = 1 << 16,
-                 deadline: float | None = None) -> _Response:
-        with self._exchange(method, path, body=body, headers=headers,
-                            deadline=deadline) as response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body=None,
+        headers: dict[str, str] | None = None,
+        limit: int = 1 << 16,
+        deadline: float | None = None,
+    ) -> _Response:
+        with self._exchange(
+            method, path, body=body, headers=headers, deadline=deadline
+        ) as response:
             data = response.read(limit)
             return _Response(response.status, data)
 
@@ -379,8 +403,9 @@ class RemoteStore:
             return False
         raise self._unexpected("HEAD", path, status)
 
-    def get_bytes(self, key: str, *, limit: int = MAX_SMALL_FILE,
-                  deadline: float = DEFAULT_DEADLINE) -> bytes | None:
+    def get_bytes(
+        self, key: str, *, limit: int = MAX_SMALL_FILE, deadline: float = DEFAULT_DEADLINE
+    ) -> bytes | None:
         """The file's bytes, or None when absent (small files: at most `limit` bytes)."""
         path = self._path(check_key(key))
         with self._exchange("GET", path, deadline=deadline) as response:
@@ -396,17 +421,29 @@ class RemoteStore:
             raise self._fail("GET", path, f"larger than {limit} bytes", DownloadTooLarge)
         return bytes(data)
 
-    def _refuse_declared_size(self, path: str, response: http.client.HTTPResponse,
-                              cap: int) -> None:
+    def _refuse_declared_size(
+        self, path: str, response: http.client.HTTPResponse, cap: int
+    ) -> None:
         declared = response.getheader("Content-Length")
         if declared is not None and declared.strip().isdigit() and int(declared) > cap:
-            raise self._fail("GET", path, f"Content-Length {declared.strip()} is more than "
-                                          f"the {cap} bytes allowed (not downloaded)",
-                             DownloadTooLarge)
+            raise self._fail(
+                "GET",
+                path,
+                f"Content-Length {declared.strip()} is more than "
+                f"the {cap} bytes allowed (not downloaded)",
+                DownloadTooLarge,
+            )
 
-    def get(self, key: str, dest: Path, *, sha256: str | None = None,
-            max_bytes: int | None = None, deadline: float = DEFAULT_DEADLINE,
-            progress: DownloadProgress | None = None) -> bool:
+    def get(
+        self,
+        key: str,
+        dest: Path,
+        *,
+        sha256: str | None = None,
+        max_bytes: int | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+        progress: DownloadProgress | None = None,
+    ) -> bool:
         """Download `key` to `dest` (temporary file next to it, sha256 checked, rename).
         False when the key is absent; `IntegrityError` when the digest differs,
         `DownloadTooLarge` past `max_bytes`, an `SglforgeError` past `deadline` seconds."""
@@ -429,9 +466,13 @@ class RemoteStore:
                     while chunk := response.read1(min(_CHUNK, cap + 1 - done)):
                         done += len(chunk)
                         if done > cap:
-                            raise self._fail("GET", path, f"the body is longer than the {cap} "
-                                             "bytes allowed (download stopped, nothing kept)",
-                                             DownloadTooLarge)
+                            raise self._fail(
+                                "GET",
+                                path,
+                                f"the body is longer than the {cap} "
+                                "bytes allowed (download stopped, nothing kept)",
+                                DownloadTooLarge,
+                            )
                         digest.update(chunk)
                         _write(handle, chunk, tmp)
                         if progress is not None:
@@ -439,7 +480,8 @@ class RemoteStore:
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise IntegrityError(
                     f"remote store: {self._absolute(path)}: sha256 {digest.hexdigest()[:16]}… "
-                    f"is not the expected {sha256[:16]}… (not used)")
+                    f"is not the expected {sha256[:16]}… (not used)"
+                )
             os.chmod(tmp, 0o644)
             os.replace(tmp, dest)
             return True
@@ -474,8 +516,7 @@ class RemoteStore:
         """Upload under a temporary name in the key's collection, then MOVE it to the key."""
         check_key(key)
         if self.read_only:
-            raise SglforgeError(f"remote store {self.url} is read-only: refusing to upload "
-                                f"{key}")
+            raise SglforgeError(f"remote store {self.url} is read-only: refusing to upload {key}")
         self._mkcols(key)
         parent, _, name = key.rpartition("/")
         tmp_key = (parent + "/" if parent else "") + f".{name}.tmp-{secrets.token_hex(8)}"
@@ -486,8 +527,12 @@ class RemoteStore:
             handle = open(source, "rb")  # noqa: SIM115 - closed below
             body, size = handle, os.fstat(handle.fileno()).st_size
         try:
-            status = self._request("PUT", tmp_path, body=body, headers={
-                "Content-Length": str(size), "Content-Type": "application/octet-stream"}).status
+            status = self._request(
+                "PUT",
+                tmp_path,
+                body=body,
+                headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"},
+            ).status
         finally:
             if handle is not None:
                 handle.close()
@@ -495,9 +540,14 @@ class RemoteStore:
             raise self._unexpected("PUT", tmp_path, status)
         target = self._path(key)
         try:
-            status = self._request("MOVE", tmp_path, headers={
-                "Destination": self._absolute(target),
-                "Overwrite": "T" if overwrite else "F"}).status
+            status = self._request(
+                "MOVE",
+                tmp_path,
+                headers={
+                    "Destination": self._absolute(target),
+                    "Overwrite": "T" if overwrite else "F",
+                },
+            ).status
             if status == 412:
                 raise self._fail("MOVE", target, "exists already (not overwritten)")
             if status not in (201, 204):

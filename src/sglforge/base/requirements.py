@@ -29,11 +29,14 @@ def installed_version(name: str, python: Path | None = None) -> str | None:
             return None
     if not python.exists():
         return None
-    code = ("import importlib.metadata as m, sys\n"
-            "try: print(m.version(sys.argv[1]))\n"
-            "except m.PackageNotFoundError: print('')")
-    result = subprocess.run([str(python), "-c", code, name], capture_output=True, text=True,
-                            check=False)
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "try: print(m.version(sys.argv[1]))\n"
+        "except m.PackageNotFoundError: print('')"
+    )
+    result = subprocess.run(
+        [str(python), "-c", code, name], capture_output=True, text=True, check=False
+    )
     return result.stdout.strip() or None
 
 
@@ -80,13 +83,17 @@ def parse_pinned(text: str) -> tuple[list[PinnedRequirement], list[str]]:
     for number, line in logical_lines(text):
         match = _PIN.match(line)
         if not match:
-            problems.append(f"line {number}: {line[:60]!r} is not an exact "
-                            "`name==version --hash=sha256:<hex>` pin")
+            problems.append(
+                f"line {number}: {line[:60]!r} is not an exact "
+                "`name==version --hash=sha256:<hex>` pin"
+            )
             continue
         hashes = tuple(h.group("hex") for h in _HASH.finditer(match.group("rest")))
         if not hashes:
-            problems.append(f"line {number}: {match.group('name')} has no --hash=sha256:<64 hex> "
-                            "(pip --require-hashes needs one)")
+            problems.append(
+                f"line {number}: {match.group('name')} has no --hash=sha256:<64 hex> "
+                "(pip --require-hashes needs one)"
+            )
             continue
         name = canonical_name(match.group("name"))
         if name in seen:

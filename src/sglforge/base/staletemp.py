@@ -30,21 +30,24 @@ def directory_locked(directory: Path, what: str) -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise SglforgeError(f"{directory}: cannot use it as the output directory "
-                            f"({exc.strerror or exc})") from None
+        raise SglforgeError(
+            f"{directory}: cannot use it as the output directory ({exc.strerror or exc})"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SglforgeError(f"{directory}: another {what} is writing here; try again when "
-                                "it is done") from None
+            raise SglforgeError(
+                f"{directory}: another {what} is writing here; try again when it is done"
+            ) from None
         yield
     finally:
         os.close(fd)
 
 
-def remove_stale_temps(directory: Path, *, recursive: bool = False,
-                       output: re.Pattern[str] | None = None) -> list[Path]:
+def remove_stale_temps(
+    directory: Path, *, recursive: bool = False, output: re.Pattern[str] | None = None
+) -> list[Path]:
     """Delete `atomic_output` temporaries in `directory` (and below, with `recursive`); with
     `output`, only those whose output name (`.<name>.` part) matches it. Call with the
     directory's lock held. Returns what was removed."""
@@ -55,7 +58,7 @@ def remove_stale_temps(directory: Path, *, recursive: bool = False,
     for path in sorted(candidates):
         if not ATOMIC_TEMP.fullmatch(path.name) or path.is_symlink() or not path.is_file():
             continue
-        if output is not None and not output.fullmatch(path.name[1:-len(".xxxxxxxx.tmp")]):
+        if output is not None and not output.fullmatch(path.name[1 : -len(".xxxxxxxx.tmp")]):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

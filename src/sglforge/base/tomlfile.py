@@ -39,8 +39,9 @@ def read_input_text(path: Path, limit: int = TEXT_INPUT_CAP, what: str = "text i
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise SglforgeError(f"{path}: line {line}: not UTF-8 text ({exc.reason} at byte "
-                            f"{exc.start})") from None
+        raise SglforgeError(
+            f"{path}: line {line}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
 def load_toml(path: Path) -> tuple[dict[str, Any], str]:
@@ -50,8 +51,9 @@ def load_toml(path: Path) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except RecursionError:  # tomllib recurses per nested array/inline table
-        raise SglforgeError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
-                            "for the parser") from None
+        raise SglforgeError(
+            f"{path}: invalid TOML: arrays or inline tables nested too deeply for the parser"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise SglforgeError(f"{path}: invalid TOML: {exc}") from None
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
@@ -148,8 +150,14 @@ class TableReader:
             return None
         return self.data[key]
 
-    def str(self, key: str, *, required: bool = False, pattern: str | None = None,
-            describe: str | None = None) -> str | None:
+    def str(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        pattern: str | None = None,
+        describe: str | None = None,
+    ) -> str | None:
         value = self._get(key, required)
         if value is None:
             return None
@@ -173,8 +181,14 @@ class TableReader:
             return default
         return value
 
-    def int(self, key: str, *, required: bool = False, minimum: int | None = None,
-            maximum: int | None = None) -> int | None:
+    def int(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int | None:
         value = self._get(key, required)
         if value is None:
             return None
@@ -212,8 +226,14 @@ class TableReader:
             return None
         return list(value)
 
-    def int_list(self, key: str, *, required: bool = False, minimum: int | None = None,
-                 maximum: int | None = None) -> list[int] | None:
+    def int_list(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> list[int] | None:
         value = self._get(key, required)
         if value is None:
             return None
@@ -292,13 +312,21 @@ class KeySpec:
     doc: str = ""
 
 
-def key(name: str, getter: str = "str", *, default: Any = dataclasses.MISSING,
-        default_factory: Any = dataclasses.MISSING, env: str | None = None, doc: str = "",
-        **options: Any) -> Any:
+def key(
+    name: str,
+    getter: str = "str",
+    *,
+    default: Any = dataclasses.MISSING,
+    default_factory: Any = dataclasses.MISSING,
+    env: str | None = None,
+    doc: str = "",
+    **options: Any,
+) -> Any:
     """A dataclass field read from TOML key `name` with `TableReader.<getter>(name, **options)`."""
     spec = KeySpec(name, getter, tuple(sorted(options.items())), env, doc)
-    return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={"toml": spec})
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"toml": spec}
+    )
 
 
 def key_specs(cls: type) -> dict[str, KeySpec]:

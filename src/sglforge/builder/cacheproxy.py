@@ -101,9 +101,16 @@ class CacheProxy:
     `max_clients`, `first_command_timeout`, `idle_timeout`: the limits of the module's doc
     (the first command's timeout is at most the idle one)."""
 
-    def __init__(self, upstream: Upstream, *, read_only: bool, owner: int | None = None,
-                 max_clients: int = MAX_CLIENTS, idle_timeout: float = IDLE_TIMEOUT,
-                 first_command_timeout: float = FIRST_COMMAND_TIMEOUT) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        *,
+        read_only: bool,
+        owner: int | None = None,
+        max_clients: int = MAX_CLIENTS,
+        idle_timeout: float = IDLE_TIMEOUT,
+        first_command_timeout: float = FIRST_COMMAND_TIMEOUT,
+    ) -> None:
         if max_clients < 1 or not idle_timeout > 0 or not first_command_timeout > 0:
             raise ValueError("the cache proxy needs max_clients >= 1 and positive timeouts")
         self.upstream = upstream
@@ -195,8 +202,9 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         proxy = self.proxy
         if proxy._admit():
             return True
-        proxy.refuse(f"{proxy.upstream.scheme} a connection over the limit of "
-                     f"{proxy.max_clients} at once")
+        proxy.refuse(
+            f"{proxy.upstream.scheme} a connection over the limit of {proxy.max_clients} at once"
+        )
         try:
             request.setblocking(False)  # never wait on a client here
             request.send(self.RequestHandlerClass.turn_away)
@@ -427,8 +435,7 @@ class _RedisHandler(socketserver.StreamRequestHandler):
         up = self.owner_proxy.upstream
         steps = []
         if up.password is not None:
-            steps.append([b"AUTH", *([up.user.encode()] if up.user else []),
-                          up.password.encode()])
+            steps.append([b"AUTH", *([up.user.encode()] if up.user else []), up.password.encode()])
         if up.db:
             steps.append([b"SELECT", str(up.db).encode()])
         for words in steps:
@@ -476,8 +483,10 @@ class _Recorded:
 
 def _turn_away_http() -> bytes:
     body = b"sglforge cache proxy: too many connections\n"
-    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
 
 
 class _HttpHandler(BaseHTTPRequestHandler):
@@ -529,8 +538,13 @@ class _HttpHandler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _answer(self, status: int, body: bytes = b"", content_type: str = "text/plain",
-                head_length: str | None = None) -> None:
+    def _answer(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "text/plain",
+        head_length: str | None = None,
+    ) -> None:
         """The answer, with Content-Length (for HEAD: the upstream's, and no body)."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -568,15 +582,15 @@ class _HttpHandler(BaseHTTPRequestHandler):
         headers = {"User-Agent": "sglforge-cache-proxy"}
         if body is not None:
             headers["Content-Length"] = str(len(body))
-            headers["Content-Type"] = self.headers.get("Content-Type",
-                                                       "application/octet-stream")
+            headers["Content-Type"] = self.headers.get("Content-Type", "application/octet-stream")
         if up.password is not None or up.user is not None:
             token = f"{up.user or ''}:{up.password or ''}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(token).decode()
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             if self._upstream is None:
-                self._upstream = http.client.HTTPConnection(up.host, up.port,
-                                                            timeout=UPSTREAM_TIMEOUT)
+                self._upstream = http.client.HTTPConnection(
+                    up.host, up.port, timeout=UPSTREAM_TIMEOUT
+                )
             try:
                 self._upstream.request(self.command, self.path, body=body, headers=headers)
                 response = self._upstream.getresponse()
@@ -592,9 +606,12 @@ class _HttpHandler(BaseHTTPRequestHandler):
             self._refuse(502, "the server's answer is too large")
             return
         length = response.getheader("Content-Length", "0")
-        self._answer(response.status, data,
-                     response.getheader("Content-Type", "application/octet-stream"),
-                     head_length=length if length.isdigit() else "0")
+        self._answer(
+            response.status,
+            data,
+            response.getheader("Content-Type", "application/octet-stream"),
+            head_length=length if length.isdigit() else "0",
+        )
 
     def do_GET(self) -> None:
         if self._allowed():

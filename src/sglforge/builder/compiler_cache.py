@@ -88,11 +88,15 @@ def remote_problem(url: str) -> str | None:
     if not url:
         return "is empty"
     if any(c.isspace() for c in url) or any(ord(c) < 32 or ord(c) == 127 for c in url):
-        return ("contains whitespace or control characters (ccache separates remote backends "
-                "with spaces)")
+        return (
+            "contains whitespace or control characters (ccache separates remote backends "
+            "with spaces)"
+        )
     if "|" in url:
-        return ("contains '|' (ccache reads what follows as backend attributes; use "
-                "read-only = true for read-only)")
+        return (
+            "contains '|' (ccache reads what follows as backend attributes; use "
+            "read-only = true for read-only)"
+        )
     problem = url_syntax_problem(url)  # never the parser's message: it quotes the password
     if problem is not None:
         return problem
@@ -100,11 +104,15 @@ def remote_problem(url: str) -> str | None:
     port = parts.port if parts.scheme in ("redis", "http", "https") else None
     scheme = parts.scheme.lower()
     if scheme == "https":
-        return ("https:// is not supported by ccache (its manual: 'HTTPS is not supported'); "
-                "use http:// on a trusted network or redis://")
+        return (
+            "https:// is not supported by ccache (its manual: 'HTTPS is not supported'); "
+            "use http:// on a trusted network or redis://"
+        )
     if scheme not in REMOTE_SCHEMES:
-        return (f"has scheme {parts.scheme + ':' if parts.scheme else '(none)'}; expected "
-                "redis://HOST[:PORT][/DB], redis+unix:SOCKET[?db=N] or http://HOST[:PORT][/PATH]")
+        return (
+            f"has scheme {parts.scheme + ':' if parts.scheme else '(none)'}; expected "
+            "redis://HOST[:PORT][/DB], redis+unix:SOCKET[?db=N] or http://HOST[:PORT][/PATH]"
+        )
     if parts.fragment or "#" in url:
         return "must not contain a fragment ('#')"
     if "*" in url:
@@ -122,8 +130,11 @@ def remote_problem(url: str) -> str | None:
         return "has port 0"
     if parts.query:
         return "must not contain a query ('?')"
-    if scheme == "redis" and parts.path not in ("", "/") and not re.fullmatch(
-            r"/[0-9]{1,5}", parts.path):
+    if (
+        scheme == "redis"
+        and parts.path not in ("", "/")
+        and not re.fullmatch(r"/[0-9]{1,5}", parts.path)
+    ):
         return "redis://: the path must be a database number (/0, /1, …)"
     return None
 
@@ -166,12 +177,15 @@ def resolve(kind: str | None, remote: str | None, read_only: bool) -> CompilerCa
     if kind == "sccache" and remote is not None:
         raise SglforgeError(
             "compiler-cache: a remote is passed to ccache only; sccache reads its own "
-            "SCCACHE_* settings", hint="use kind = \"ccache\" with the remote, or drop remote")
+            "SCCACHE_* settings",
+            hint='use kind = "ccache" with the remote, or drop remote',
+        )
     return CompilerCache(kind, remote, read_only)
 
 
-def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
-                   isolated: bool) -> None:
+def refuse_sccache(
+    cache: CompilerCache | None, cuda_recipes: Iterable[str], isolated: bool
+) -> None:
     """sccache cannot wrap nvcc, nor run inside a bare `unshare -n` network namespace (the
     --unsafe-no-sandbox builds' one; the sandbox's has loopback up): stop before any work,
     naming the recipes and why."""
@@ -183,13 +197,17 @@ def refuse_sccache(cache: CompilerCache | None, cuda_recipes: Iterable[str],
             f"--compiler-cache sccache cannot wrap nvcc, which {', '.join(names)} compile(s) "
             "with: sccache (0.16.0) reads nvcc's -objtemp as '-o bjtemp' (writes ./bjtemp, not "
             "the object, and exits 0), and without -objtemp its objects differ in bytes from "
-            "nvcc's", hint="use --compiler-cache ccache (same bytes as no cache)")
+            "nvcc's",
+            hint="use --compiler-cache ccache (same bytes as no cache)",
+        )
     if isolated:
         raise SglforgeError(
             "--compiler-cache sccache cannot run inside the build's network namespace: its "
             "client reaches its server over 127.0.0.1, which is down there ('sccache: error: "
-            "Network is unreachable', 0.16.0)", hint="use --compiler-cache ccache, or build "
-            "in the sandbox (without --unsafe-no-sandbox: its loopback is up)")
+            "Network is unreachable', 0.16.0)",
+            hint="use --compiler-cache ccache, or build "
+            "in the sandbox (without --unsafe-no-sandbox: its loopback is up)",
+        )
 
 
 def namespace(nvcc_version: str, compiler_version: str, platform: str) -> str:
@@ -222,17 +240,36 @@ def plan_remote(remote: str) -> RemotePlan:
     user, password = _credentials(parts)
     if scheme == "redis+unix":
         db = int(parts.query.partition("=")[2] or 0)
-        return RemotePlan("redis+unix:{socket}", Upstream(
-            "redis", unix_path=parts.path, user=user, password=password, db=db))
+        return RemotePlan(
+            "redis+unix:{socket}",
+            Upstream("redis", unix_path=parts.path, user=user, password=password, db=db),
+        )
     if scheme == "redis":
-        return RemotePlan("redis+unix:{socket}", Upstream(
-            "redis", parts.hostname or "", parts.port or DEFAULT_REDIS_PORT, user=user,
-            password=password, db=int(parts.path.strip("/") or 0)))
+        return RemotePlan(
+            "redis+unix:{socket}",
+            Upstream(
+                "redis",
+                parts.hostname or "",
+                parts.port or DEFAULT_REDIS_PORT,
+                user=user,
+                password=password,
+                db=int(parts.path.strip("/") or 0),
+            ),
+        )
     prefix = parts.path.rstrip("/")
     port = _free_port()
-    return RemotePlan(f"http://127.0.0.1:{port}{prefix}", Upstream(
-        "http", parts.hostname or "", parts.port or 80, user=user, password=password,
-        prefix=prefix), bridge_port=port)
+    return RemotePlan(
+        f"http://127.0.0.1:{port}{prefix}",
+        Upstream(
+            "http",
+            parts.hostname or "",
+            parts.port or 80,
+            user=user,
+            password=password,
+            prefix=prefix,
+        ),
+        bridge_port=port,
+    )
 
 
 def _credentials(parts: SplitResult) -> tuple[str | None, str | None]:
@@ -266,10 +303,12 @@ def tool_dir(cache: CompilerCache | None, cache_dir: Path, configured: Path | No
     return configured or cache_dir / (cache.kind if cache else "ccache")
 
 
-CONFIG_TEXT = ("# written by sglforge (builder/compiler_cache.py) before every build: the only\n"
-               "# ccache configuration a build reads (CCACHE_CONFIGPATH); every setting is\n"
-               "# in the build's environment. A ccache.conf in the cache directory or HOME,\n"
-               "# which a build could have written, is never read.\n")
+CONFIG_TEXT = (
+    "# written by sglforge (builder/compiler_cache.py) before every build: the only\n"
+    "# ccache configuration a build reads (CCACHE_CONFIGPATH); every setting is\n"
+    "# in the build's environment. A ccache.conf in the cache directory or HOME,\n"
+    "# which a build could have written, is never read.\n"
+)
 
 
 def write_config(tools_dir: Path) -> Path:
@@ -280,9 +319,16 @@ def write_config(tools_dir: Path) -> Path:
     return path
 
 
-def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
-              stats_log: Path | None, storage: str | None, config: Path | None = None,
-              tmp: Path | None = None) -> tuple[dict[str, str], list[str]]:
+def cache_env(
+    cache: CompilerCache | None,
+    tool_dir: Path,
+    *,
+    ns: str,
+    stats_log: Path | None,
+    storage: str | None,
+    config: Path | None = None,
+    tmp: Path | None = None,
+) -> tuple[dict[str, str], list[str]]:
     """Env and CMake -D options for the cache, whose files live in `tool_dir`. `storage` is
     the CCACHE_REMOTE_STORAGE value (from `plan_remote`, socket filled in) or None.
 
@@ -300,14 +346,21 @@ def cache_env(cache: CompilerCache | None, tool_dir: Path, *, ns: str,
     if cache.kind == "sccache":
         # host compiles only: the nvcc wrapper never launches sccache (module docstring);
         # its config file is sglforge's too (an empty one), never one from the build's HOME
-        return ({"SCCACHE_DIR": str(tool_dir), "SCCACHE_CONF": str(config)} if config
-                else {"SCCACHE_DIR": str(tool_dir)}), defines
+        return (
+            {"SCCACHE_DIR": str(tool_dir), "SCCACHE_CONF": str(config)}
+            if config
+            else {"SCCACHE_DIR": str(tool_dir)}
+        ), defines
     # The host compiler wrappers (builder/prefixmap.py) are rewritten by every build, so ccache's
     # default mtime check would never hit after a clean build root; their content names the
     # real compiler's path, size and mtime, so hashing content stays safe.
-    env = {"SGLFORGE_COMPILER_CACHE": binary, "CCACHE_DIR": str(tool_dir),
-           "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
-           "CCACHE_NAMESPACE": ns}
+    env = {
+        "SGLFORGE_COMPILER_CACHE": binary,
+        "CCACHE_DIR": str(tool_dir),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_COMPILERCHECK": "content",
+        "CCACHE_NAMESPACE": ns,
+    }
     if config is not None:
         env["CCACHE_CONFIGPATH"] = str(config)
     if tmp is not None:
@@ -355,11 +408,14 @@ class CacheStats:
             totals.update(block)
             if block and not {"local_storage_hit", "remote_storage_hit", "cache_miss"} & set(block):
                 uncacheable += 1
-        return cls(local_hits=totals["local_storage_hit"],
-                   remote_hits=totals["remote_storage_hit"], misses=totals["cache_miss"],
-                   uncacheable=uncacheable,
-                   remote_errors=totals["remote_storage_error"] + totals["remote_storage_timeout"],
-                   remote=remote)
+        return cls(
+            local_hits=totals["local_storage_hit"],
+            remote_hits=totals["remote_storage_hit"],
+            misses=totals["cache_miss"],
+            uncacheable=uncacheable,
+            remote_errors=totals["remote_storage_error"] + totals["remote_storage_timeout"],
+            remote=remote,
+        )
 
     def describe(self) -> str:
         parts = [f"{self.local_hits} local hit(s)"]
@@ -377,6 +433,8 @@ def mask_env_lines(env: Mapping[str, str]) -> str:
     """The build log's `# env K=V` header, secrets masked, one line per variable: a backslash
     is written `\\\\` and a newline `\\n` (SGLFORGE_PREFIX_MAP_FLAGS holds one flag per line),
     so the header can be read back exactly (bench/tu_recheck.py does)."""
+
     def shown(value: str) -> str:
         return mask_url(value).replace("\\", "\\\\").replace("\n", "\\n")
+
     return "".join(f"# env {k}={shown(env[k])}\n" for k in sorted(env))

@@ -35,8 +35,14 @@ VARIANTS = ((), ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",), ("-D__CUDA_API_VERSIO
 # a function declaration in the preprocessed header: `cuName(` (types are `CUname`)
 _FUNCTION = re.compile(r"\b(cu[A-Z][A-Za-z0-9_]*)\s*\(")
 # where a toolkit (or a host with a driver) keeps a libcuda.so the linker can use
-_LIBCUDA_DIRS = ("lib64/stubs", "lib/stubs", "targets/x86_64-linux/lib/stubs",
-                 "targets/sbsa-linux/lib/stubs", "lib64", "lib")
+_LIBCUDA_DIRS = (
+    "lib64/stubs",
+    "lib/stubs",
+    "targets/x86_64-linux/lib/stubs",
+    "targets/sbsa-linux/lib/stubs",
+    "lib64",
+    "lib",
+)
 
 
 def toolkit_has_libcuda(cuda_home: Path) -> bool:
@@ -53,11 +59,18 @@ def driver_symbols(cuda_home: Path, compiler: str) -> list[str]:
     source = "".join(f"#include <{h}>\n" for h in headers)
     names: set[str] = set()
     for flags in VARIANTS:
-        run = subprocess.run([compiler, "-E", "-P", "-x", "c", *flags, f"-I{include}", "-"],
-                             input=source, capture_output=True, text=True)
+        run = subprocess.run(
+            [compiler, "-E", "-P", "-x", "c", *flags, f"-I{include}", "-"],
+            input=source,
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         if run.returncode != 0:
-            raise SglforgeError(f"preprocessing {include}/cuda.h with {compiler} failed: "
-                                f"{run.stderr.strip()[-500:]}")
+            raise SglforgeError(
+                f"preprocessing {include}/cuda.h with {compiler} failed: "
+                f"{run.stderr.strip()[-500:]}"
+            )
         names.update(_FUNCTION.findall(run.stdout))
     return sorted(names)
 
@@ -71,16 +84,33 @@ def write_stub(target: Path, cuda_home: Path, compiler: str | None = None) -> in
     names = driver_symbols(cuda_home, compiler)
     with tempfile.TemporaryDirectory(prefix=".libcuda-stub-", dir=target.parent) as scratch:
         source = Path(scratch) / "libcuda_stub.c"
-        source.write_text("/* link stub written by sglforge (builder/cudastub.py) */\n"
-                          + "".join(f"void {name}(void) {{}}\n" for name in names))
+        source.write_text(
+            "/* link stub written by sglforge (builder/cudastub.py) */\n"
+            + "".join(f"void {name}(void) {{}}\n" for name in names)
+        )
         built = Path(scratch) / target.name
         # no libc, no build id, no debug info: the same bytes for the same compiler and headers
-        run = subprocess.run([compiler, "-shared", "-fPIC", "-O0", "-nostdlib",
-                              f"-Wl,-soname,{SONAME}", "-Wl,--build-id=none",
-                              "-o", str(built), str(source)],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                compiler,
+                "-shared",
+                "-fPIC",
+                "-O0",
+                "-nostdlib",
+                f"-Wl,-soname,{SONAME}",
+                "-Wl,--build-id=none",
+                "-o",
+                str(built),
+                str(source),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         if run.returncode != 0:
-            raise SglforgeError(f"building the libcuda link stub with {compiler} failed: "
-                                f"{run.stderr.strip()[-500:]}")
+            raise SglforgeError(
+                f"building the libcuda link stub with {compiler} failed: "
+                f"{run.stderr.strip()[-500:]}"
+            )
         os.replace(built, target)
     return len(names)

@@ -60,8 +60,10 @@ class SyncStats:
     tracked: list[str] = field(default_factory=list)  # every path of `src` (the next previous)
 
     def describe(self) -> str:
-        return (f"{len(self.written)} file(s) written, {len(self.removed)} removed, "
-                f"{self.unchanged} unchanged")
+        return (
+            f"{len(self.written)} file(s) written, {len(self.removed)} removed, "
+            f"{self.unchanged} unchanged"
+        )
 
 
 def _same_bytes(a: str, b: str, size: int) -> bool:
@@ -97,8 +99,13 @@ def _remove(path: str) -> None:
     remove_tree(Path(path))
 
 
-def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = "",
-              previous: set[str] | None = None) -> SyncStats:
+def sync_tree(
+    src: Path,
+    dest: Path,
+    stats: SyncStats | None = None,
+    rel: str = "",
+    previous: set[str] | None = None,
+) -> SyncStats:
     """Make `dest` a copy of `src` (files, directories, symlinks as links, modes), writing only
     files whose bytes or type differ. Unchanged files keep their mtime; a mode-only change is a
     chmod (ninja looks at mtimes, not ctimes).
@@ -112,8 +119,10 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
     of the tree, say) is removed and written afresh, and `dest` itself must not be a link."""
     stats = stats if stats is not None else SyncStats()
     if dest.is_symlink():
-        raise SglforgeError(f"{dest}: is a symlink (to {os.readlink(dest)!r}); a dev tree is "
-                            "synced only into a directory of its own, never through a link")
+        raise SglforgeError(
+            f"{dest}: is a symlink (to {os.readlink(dest)!r}); a dev tree is "
+            "synced only into a directory of its own, never through a link"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     wanted = {}
     with os.scandir(src) as entries:
@@ -148,8 +157,9 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
             info = entry.stat(follow_symlinks=False)
             if have is not None and have.is_file(follow_symlinks=False):
                 mine = have.stat(follow_symlinks=False)
-                if mine.st_size == info.st_size and _same_bytes(entry.path, have.path,
-                                                                info.st_size):
+                if mine.st_size == info.st_size and _same_bytes(
+                    entry.path, have.path, info.st_size
+                ):
                     if stat.S_IMODE(mine.st_mode) != stat.S_IMODE(info.st_mode):
                         os.chmod(have.path, stat.S_IMODE(info.st_mode))
                         stats.mode_changed.append(label)
@@ -167,15 +177,24 @@ def sync_tree(src: Path, dest: Path, stats: SyncStats | None = None, rel: str = 
 # the parked state of one recipe
 
 
-def state_config(recipe_sha256: str, toolchain_digest: str, build_root: Path,
-                 build_format: int) -> str:
+def state_config(
+    recipe_sha256: str, toolchain_digest: str, build_root: Path, build_format: int
+) -> str:
     """What a dev tree and build directory are valid for: the recipe's bytes (CMake defines,
     env), the toolchain (a CMake cache must not outlive its compiler), the interpreter's
     location and the build root. A change starts the dev state afresh."""
-    blob = json.dumps({"recipe": recipe_sha256, "toolchain": toolchain_digest,
-                       "build_root": str(build_root), "prefix": sys.prefix,
-                       "base_prefix": sys.base_prefix, "format": build_format,
-                       "state_format": STATE_FORMAT}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "recipe": recipe_sha256,
+            "toolchain": toolchain_digest,
+            "build_root": str(build_root),
+            "prefix": sys.prefix,
+            "base_prefix": sys.base_prefix,
+            "format": build_format,
+            "state_format": STATE_FORMAT,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -189,15 +208,18 @@ class _Slot:
 class DevWorkspace:
     """The dev state of one recipe: parked under <root>/dev/<recipe>, live while it builds."""
 
-    def __init__(self, root: BuildRoot, recipe: str, upstream: str, deps: list[str],
-                 config: str) -> None:
+    def __init__(
+        self, root: BuildRoot, recipe: str, upstream: str, deps: list[str], config: str
+    ) -> None:
         self.root, self.recipe, self.config = root, recipe, config
         self.home = root.dev(recipe)
         self.state_path = self.home / "state.json"
         self.tracked_path = self.home / "tracked.json"  # what the last sync wrote, per slot
         self.scratch = self.home / "scratch"
-        self.slots = [_Slot("tree", self.home / "tree", root.src(upstream)),
-                      _Slot("build", self.home / "build", root.work(recipe) / "build")]
+        self.slots = [
+            _Slot("tree", self.home / "tree", root.src(upstream)),
+            _Slot("build", self.home / "build", root.work(recipe) / "build"),
+        ]
         self.slots += [_Slot(f"deps/{d}", self.home / "deps" / d, root.dep(d)) for d in deps]
         self.fresh = False  # set by checkout: True when the state was started afresh
 
@@ -209,8 +231,11 @@ class DevWorkspace:
             data = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             return None
-        if not isinstance(data, dict) or data.get("config") != self.config or not isinstance(
-                data.get("inodes"), dict):
+        if (
+            not isinstance(data, dict)
+            or data.get("config") != self.config
+            or not isinstance(data.get("inodes"), dict)
+        ):
             return None
         return data
 
@@ -258,9 +283,20 @@ class DevWorkspace:
         if tracked is not None:
             atomic_write_text(self.tracked_path, json.dumps(tracked) + "\n")
         inodes = {slot.key: slot.live.stat().st_ino for slot in self.slots}
-        atomic_write_text(self.state_path, json.dumps(
-            {"format": STATE_FORMAT, "recipe": self.recipe, "config": self.config,
-             "inodes": inodes}, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(
+            self.state_path,
+            json.dumps(
+                {
+                    "format": STATE_FORMAT,
+                    "recipe": self.recipe,
+                    "config": self.config,
+                    "inodes": inodes,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n",
+        )
 
     def park(self) -> None:
         """Move the live state back under <root>/dev/<recipe> (renames keep mtimes, inodes)."""
@@ -290,7 +326,9 @@ def _real_dir(path: Path) -> bool:
 
 def check_dev_names(names: tuple[str, ...]) -> str:
     if len(names) != 1:
-        raise SglforgeError("build --dev takes exactly one recipe (its dependencies are "
-                            f"built or taken from the wheel cache as usual); got "
-                            f"{len(names)}: {' '.join(names) or '(none)'}")
+        raise SglforgeError(
+            "build --dev takes exactly one recipe (its dependencies are "
+            f"built or taken from the wheel cache as usual); got "
+            f"{len(names)}: {' '.join(names) or '(none)'}"
+        )
     return names[0]

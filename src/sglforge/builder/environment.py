@@ -135,8 +135,9 @@ def search_path(cuda_home: Path | None) -> str:
     return os.pathsep.join(parts)
 
 
-def base_env(root: BuildRoot, cuda_home: Path | None,
-             real_nvcc: Path | None, source_date_epoch: int) -> dict[str, str]:
+def base_env(
+    root: BuildRoot, cuda_home: Path | None, real_nvcc: Path | None, source_date_epoch: int
+) -> dict[str, str]:
     """The environment every build starts from (the caller's environment is not inherited).
 
     Writes the host compiler wrappers into the tools dir (builder/prefixmap.py)."""
@@ -147,22 +148,34 @@ def base_env(root: BuildRoot, cuda_home: Path | None,
         "PATH": path,
         "HOME": str(root.home),
         "TMPDIR": str(root.tmp),
-        "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
         "PYTHONHASHSEED": "0",
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": str(source_date_epoch),
         "SGLFORGE_BUILD_ROOT": str(root.path),
-        "CFLAGS": prefix_map, "CXXFLAGS": prefix_map,
-        "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+        "CFLAGS": prefix_map,
+        "CXXFLAGS": prefix_map,
+        "PIP_NO_INDEX": "1",
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
         "GIT_CONFIG_NOSYSTEM": "1",
     }
     env.update(prefixmap.write_compiler_wrappers(root.tools_bin, root.path, search_path(cuda_home)))
     if cuda_home is not None and real_nvcc is not None:
-        env.update({"CUDA_HOME": str(cuda_home), "CUDA_PATH": str(cuda_home),
-                    "CUDACXX": wrapper, "PYTORCH_NVCC": wrapper, "FLASHINFER_NVCC": wrapper,
-                    "SGLFORGE_REAL_NVCC": str(real_nvcc),
-                    "SGLFORGE_HOST_LINK_PREFIXES": host_link_prefixes()})
+        env.update(
+            {
+                "CUDA_HOME": str(cuda_home),
+                "CUDA_PATH": str(cuda_home),
+                "CUDACXX": wrapper,
+                "PYTORCH_NVCC": wrapper,
+                "FLASHINFER_NVCC": wrapper,
+                "SGLFORGE_REAL_NVCC": str(real_nvcc),
+                "SGLFORGE_HOST_LINK_PREFIXES": host_link_prefixes(),
+            }
+        )
     for var in ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy"):
         env[var] = env[var.upper()] = CLOSED_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""
@@ -182,8 +195,9 @@ def nvidia_wheel_dir(site_packages: Path, cuda_major: str) -> Path | None:
     return None
 
 
-def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
-                 cuda_major: str) -> tuple[dict[str, str], Path, list[str]]:
+def cuda_gap_env(
+    root: BuildRoot, site_packages: Path, cuda_home: Path | None, cuda_major: str
+) -> tuple[dict[str, str], Path, list[str]]:
     """Fill what the CUDA toolkit lacks from the toolchain's hash-locked nvidia-* wheels
     (recipe `cuda-from-toolchain`): a toolkit installed without cuBLAS/NVRTC development files
     still builds, against the exact libraries torch runs with.
@@ -203,11 +217,16 @@ def cuda_gap_env(root: BuildRoot, site_packages: Path, cuda_home: Path | None,
     include.mkdir(parents=True)
     lib.mkdir()
     linked: list[str] = []
-    if cuda_home is not None and (cuda_home / "include" / "cuda.h").is_file() \
-            and not cudastub.toolkit_has_libcuda(cuda_home):
+    if (
+        cuda_home is not None
+        and (cuda_home / "include" / "cuda.h").is_file()
+        and not cudastub.toolkit_has_libcuda(cuda_home)
+    ):
         count = cudastub.write_stub(lib / "libcuda.so", cuda_home)
-        linked.append(f"lib/libcuda.so -> a link stub ({cudastub.SONAME}, {count} driver API "
-                      "functions of cuda.h)")
+        linked.append(
+            f"lib/libcuda.so -> a link stub ({cudastub.SONAME}, {count} driver API "
+            "functions of cuda.h)"
+        )
     if wheels is None:
         return ({"LIBRARY_PATH": str(lib)} if linked else {}), lib, linked
     toolkit_include = cuda_home / "include" if cuda_home else None

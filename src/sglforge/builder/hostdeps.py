@@ -21,17 +21,24 @@ def missing(specs: dict[str, tuple[str, ...]]) -> list[str]:
         return []
     pkg_config = shutil.which("pkg-config")
     if pkg_config is None:
-        return [f"{recipe}: {spec} (pkg-config is not installed, so it cannot be found)"
-                for recipe, spec in wanted]
+        return [
+            f"{recipe}: {spec} (pkg-config is not installed, so it cannot be found)"
+            for recipe, spec in wanted
+        ]
     out = []
     for recipe, spec in wanted:
         # `pkg-config --exists "ucx >= 1.22"` evaluates the bound itself
-        if subprocess.run([pkg_config, "--exists", "--", spec], capture_output=True,
-                          check=False).returncode == 0:
+        if (
+            subprocess.run(
+                [pkg_config, "--exists", "--", spec], capture_output=True, check=False
+            ).returncode
+            == 0
+        ):
             continue
         module = spec.split()[0].rstrip("<>=")
-        found = subprocess.run([pkg_config, "--modversion", "--", module], capture_output=True,
-                               text=True, check=False)
+        found = subprocess.run(
+            [pkg_config, "--modversion", "--", module], capture_output=True, text=True, check=False
+        )
         have = f"found {found.stdout.strip()}" if found.returncode == 0 else "not found"
         out.append(f"{recipe}: {spec} ({have})")
     return out
@@ -44,4 +51,5 @@ def check(specs: dict[str, tuple[str, ...]]) -> None:
             "system libraries the selected recipes build against are missing (recipes' "
             "host-requires, checked with pkg-config):\n" + "\n".join(f"  - {p}" for p in problems),
             hint="install them (e.g. UCX 1.22 with its .pc file; PKG_CONFIG_PATH for a prefix "
-                 "install), or build without those recipes")
+            "install), or build without those recipes",
+        )

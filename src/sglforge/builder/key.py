@@ -77,25 +77,43 @@ def remote_key(content_key: str, abi: str | None = None) -> str:
     return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()
 
 
-def compute_key(recipe: Recipe, lock: Lockfile, series: PatchSeries,
-                tool: ToolchainFingerprint, build_root: Path,
-                dep_keys: dict[str, str], target: str | None = None,
-                substituted: dict[str, str] | None = None,
-                unsandboxed: bool = False) -> BuildKey:
+def compute_key(
+    recipe: Recipe,
+    lock: Lockfile,
+    series: PatchSeries,
+    tool: ToolchainFingerprint,
+    build_root: Path,
+    dep_keys: dict[str, str],
+    target: str | None = None,
+    substituted: dict[str, str] | None = None,
+    unsandboxed: bool = False,
+) -> BuildKey:
     requires = {canonical_name(r) for r in recipe.build_requires}
     toolchain = tool.as_dict()
-    toolchain["build_requires"] = {k: v for k, v in toolchain["build_requires"].items()
-                                   if k in requires}
+    toolchain["build_requires"] = {
+        k: v for k, v in toolchain["build_requires"].items() if k in requires
+    }
     toolchain["torch"] = tool.torch if "torch" in requires else None
     inputs = {
         "format": BUILD_FORMAT,
         "recipe": {"name": recipe.name, "sha256": recipe.sha256},
-        "sources": [{"name": p.name, "url": p.url, "commit": p.commit, "sha256": p.sha256,
-                     "path": p.path, "fetchcontent": p.fetchcontent,
-                     # [substitutes]: the local directory's tree stands in for the pin
-                     **({"substitute": substituted[p.name]}
-                        if substituted and p.name in substituted else {})}
-                    for p in lock.closure(recipe.upstream)],
+        "sources": [
+            {
+                "name": p.name,
+                "url": p.url,
+                "commit": p.commit,
+                "sha256": p.sha256,
+                "path": p.path,
+                "fetchcontent": p.fetchcontent,
+                # [substitutes]: the local directory's tree stands in for the pin
+                **(
+                    {"substitute": substituted[p.name]}
+                    if substituted and p.name in substituted
+                    else {}
+                ),
+            }
+            for p in lock.closure(recipe.upstream)
+        ],
         "series": series.digest,
         "toolchain": toolchain,
         "build_root": str(build_root),

@@ -88,8 +88,9 @@ def read_wrap(path: Path) -> MesonWrap:
     """Parse one .wrap file (hostile data: a clear error naming the file and key)."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(read_capped(path, WRAP_CAP, "wrap file").decode("utf-8"),
-                           source=str(path))
+        parser.read_string(
+            read_capped(path, WRAP_CAP, "wrap file").decode("utf-8"), source=str(path)
+        )
     except (UnicodeError, configparser.Error) as exc:
         raise SglforgeError(f"{path}: not a readable wrap file: {exc}") from None
     sections = [s for s in parser.sections() if s.startswith("wrap-")]
@@ -103,12 +104,16 @@ def read_wrap(path: Path) -> MesonWrap:
         value = values.get(key)
         return _plain_name(value.strip(), path, key) if value is not None else None
 
-    return MesonWrap(name=name, path=path, kind=kind,
-                     directory=field("directory") or name,
-                     source_filename=field("source_filename"),
-                     source_hash=(values.get("source_hash") or "").strip().lower() or None,
-                     patch_filename=field("patch_filename"),
-                     patch_hash=(values.get("patch_hash") or "").strip().lower() or None)
+    return MesonWrap(
+        name=name,
+        path=path,
+        kind=kind,
+        directory=field("directory") or name,
+        source_filename=field("source_filename"),
+        source_hash=(values.get("source_hash") or "").strip().lower() or None,
+        patch_filename=field("patch_filename"),
+        patch_hash=(values.get("patch_hash") or "").strip().lower() or None,
+    )
 
 
 def _wrap_for(pin: Pin, source_root: Path, subprojects: str) -> tuple[MesonWrap, bool]:
@@ -120,8 +125,10 @@ def _wrap_for(pin: Pin, source_root: Path, subprojects: str) -> tuple[MesonWrap,
     # the .wrap may be a link, but one that stays in the tree: sglforge reads nothing outside
     path = path_inside(source_root, f"{subprojects}/{name}.wrap", str(pin.parent))
     if not path.is_file():
-        raise SglforgeError(f"{pin.name} (fetchcontent = {pin.fetchcontent!r}): the tree of "
-                            f"'{pin.parent}' has no subprojects/{name}.wrap to hand it to")
+        raise SglforgeError(
+            f"{pin.name} (fetchcontent = {pin.fetchcontent!r}): the tree of "
+            f"'{pin.parent}' has no subprojects/{name}.wrap to hand it to"
+        )
     return read_wrap(path), is_patch
 
 
@@ -132,33 +139,40 @@ def _check_archive_pin(pin: Pin, wrap: MesonWrap, is_patch: bool) -> str:
     filename = wrap.patch_filename if is_patch else wrap.source_filename
     expected = wrap.patch_hash if is_patch else wrap.source_hash
     if wrap.kind != "file" or filename is None or expected is None:
-        raise SglforgeError(f"{pin.name}: {wrap.path} has no {what}_filename/{what}_hash "
-                            f"for an archive pin to stand in for")
+        raise SglforgeError(
+            f"{pin.name}: {wrap.path} has no {what}_filename/{what}_hash "
+            f"for an archive pin to stand in for"
+        )
     if pin.sha256 != expected:
-        raise SglforgeError(f"{pin.name}: pinned sha256 {pin.sha256} is not the {what}_hash "
-                            f"{expected} of {wrap.path} (wrap '{wrap.name}'): the pin and the "
-                            "wrap name different files")
+        raise SglforgeError(
+            f"{pin.name}: pinned sha256 {pin.sha256} is not the {what}_hash "
+            f"{expected} of {wrap.path} (wrap '{wrap.name}'): the pin and the "
+            "wrap name different files"
+        )
     return filename
 
 
-def _place_archive(pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache,
-                   packagecache: Path) -> Path:
+def _place_archive(
+    pin: Pin, wrap: MesonWrap, is_patch: bool, cache: SourceCache, packagecache: Path
+) -> Path:
     filename = _check_archive_pin(pin, wrap, is_patch)
     assert pin.sha256 is not None
     archive = cache.verified_tarball(pin.name, pin.sha256)
     target = packagecache / filename
     if os.path.lexists(target):
-        raise SglforgeError(f"{pin.name}: {target} is placed twice (another pin's input has "
-                            f"the name '{filename}')")
+        raise SglforgeError(
+            f"{pin.name}: {target} is placed twice (another pin's input has the name '{filename}')"
+        )
     shutil.copyfile(archive, target)
     return target
 
 
-def _place_tree(pin: Pin, wrap: MesonWrap, is_patch: bool, tree: Path,
-                packagecache: Path) -> Path:
+def _place_tree(pin: Pin, wrap: MesonWrap, is_patch: bool, tree: Path, packagecache: Path) -> Path:
     if is_patch:
-        raise SglforgeError(f"{pin.name}: a wrap's patch ({pin.fetchcontent}) must be an "
-                            "archive pin (sha256), not a git pin")
+        raise SglforgeError(
+            f"{pin.name}: a wrap's patch ({pin.fetchcontent}) must be an "
+            "archive pin (sha256), not a git pin"
+        )
     root = tree
     if wrap.kind == "file" and not os.path.lexists(tree / "meson.build"):
         # the release tarball's tree is this directory of the repository (a link to it only
@@ -168,14 +182,21 @@ def _place_tree(pin: Pin, wrap: MesonWrap, is_patch: bool, tree: Path,
             root = nested
     target = packagecache / wrap.directory
     if os.path.lexists(target):
-        raise SglforgeError(f"{pin.name}: {target} is placed twice (two pins name the wrap "
-                            f"directory '{wrap.directory}')")
+        raise SglforgeError(
+            f"{pin.name}: {target} is placed twice (two pins name the wrap "
+            f"directory '{wrap.directory}')"
+        )
     copy_tree_inside(root, target, pin.name, ignore=(".git",))
     return target
 
 
-def place_wrap_inputs(lock: Lockfile, upstream: str, source_root: Path, cache: SourceCache,
-                      export_tree: Callable[[Pin], Path]) -> list[PlacedWrapInput]:
+def place_wrap_inputs(
+    lock: Lockfile,
+    upstream: str,
+    source_root: Path,
+    cache: SourceCache,
+    export_tree: Callable[[Pin], Path],
+) -> list[PlacedWrapInput]:
     """Put every pinned wrap input of `upstream` into `<source_root>/subprojects/packagecache`.
 
     `export_tree(pin)` exports a git pin's tree (with its submodules) and returns it.
@@ -187,8 +208,10 @@ def place_wrap_inputs(lock: Lockfile, upstream: str, source_root: Path, cache: S
         raise SglforgeError(f"{upstream}: subprojects is not a directory in {source_root}")
     packagecache = subprojects / "packagecache"
     if os.path.lexists(packagecache):  # a dangling link too
-        raise SglforgeError(f"{upstream}: {packagecache} already exists in the exported tree; "
-                            "the pinned wrap inputs would mix with files of unknown origin")
+        raise SglforgeError(
+            f"{upstream}: {packagecache} already exists in the exported tree; "
+            "the pinned wrap inputs would mix with files of unknown origin"
+        )
     where = str(subprojects.relative_to(source_root))
     pins = lock.fetchcontent(upstream)
     planned = [(pin, *_wrap_for(pin, source_root, where)) for pin in pins]
@@ -203,8 +226,9 @@ def place_wrap_inputs(lock: Lockfile, upstream: str, source_root: Path, cache: S
                 target = _place_tree(pin, wrap, is_patch, export_tree(pin), packagecache)
             else:
                 target = _place_archive(pin, wrap, is_patch, cache, packagecache)
-            placed.append(PlacedWrapInput(pin.name, wrap.name,
-                                          str(target.relative_to(source_root))))
+            placed.append(
+                PlacedWrapInput(pin.name, wrap.name, str(target.relative_to(source_root)))
+            )
     except BaseException:
         remove_tree(packagecache)  # no half-filled package cache is left for meson
         raise

@@ -17,8 +17,12 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
         from sglforge.inputs.targets import load_target
 
         chosen = load_target(project.root, target)
-        out.insert(0, f"target {chosen.name} ({chosen.path.relative_to(project.root)}"
-                      + (f": {chosen.description}" if chosen.description else "") + ")")
+        out.insert(
+            0,
+            f"target {chosen.name} ({chosen.path.relative_to(project.root)}"
+            + (f": {chosen.description}" if chosen.description else "")
+            + ")",
+        )
     from sglforge.sources.substitute import substitutes_for
 
     substitutes = substitutes_for(lock, settings)
@@ -36,14 +40,18 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
         out.append(f"  {pin.name:<{width}}  {what}{ref}{placement}")
         if pin.name in substitutes:  # the user config's, not the project's: say it loudly
             sub = substitutes[pin.name]
-            out.append(f"  {'':<{width}}    SUBSTITUTED by {sub.path} ({sub.origin}): "
-                       f"{sub.reason}; wheels built with it are for local use only")
+            out.append(
+                f"  {'':<{width}}    SUBSTITUTED by {sub.path} ({sub.origin}): "
+                f"{sub.reason}; wheels built with it are for local use only"
+            )
         for embed in pin.embeds:  # claims of the archive, never fetched: say so
-            claimed = f"claimed {embed.claimed_commit[:12]}" if embed.claimed_commit \
+            claimed = (
+                f"claimed {embed.claimed_commit[:12]}"
+                if embed.claimed_commit
                 else "no commit claimed"
+            )
             pinned = f", tree {embed.tree[:12]} pinned" if embed.tree else ""
-            out.append(f"  {'':<{width}}    embeds {embed.path} ({claimed}, unverifiable"
-                       f"{pinned})")
+            out.append(f"  {'':<{width}}    embeds {embed.path} ({claimed}, unverifiable{pinned})")
     out.append("")
     out.append("patch series:")
     all_series = {}
@@ -53,8 +61,10 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
         if not series.entries:
             out.append(f"  {upstream.name}: no patches")
             continue
-        out.append(f"  {upstream.name}: {len(series.entries)} entr"
-                   f"{'y' if len(series.entries) == 1 else 'ies'}, patchset {series.patchset8}")
+        out.append(
+            f"  {upstream.name}: {len(series.entries)} entr"
+            f"{'y' if len(series.entries) == 1 else 'ies'}, patchset {series.patchset8}"
+        )
         for entry in series.entries:
             if isinstance(entry, Backport):
                 excl = f" exclude={','.join(entry.excludes)}" if entry.excludes else ""
@@ -76,8 +86,10 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
             extra.append(f"{len(subs)} submodule(s)")
         if deps:
             extra.append(f"{len(deps)} FetchContent archive(s)")
-        out.append(f"  {step}. fetch {upstream.name} @ {upstream.short}"
-                   + (f" with {', '.join(extra)}" if extra else ""))
+        out.append(
+            f"  {step}. fetch {upstream.name} @ {upstream.short}"
+            + (f" with {', '.join(extra)}" if extra else "")
+        )
         step += 1
         out.append(f"  {step}. export to {BuildRoot(settings.build_root).src(upstream.name)}")
         series = all_series[upstream.name]
@@ -90,8 +102,9 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
     return "\n".join(out)
 
 
-def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings,
-                substitutes: dict) -> list[str]:
+def _tree_lines(
+    lock: Lockfile, all_series: dict, settings: Settings, substitutes: dict
+) -> list[str]:
     """Tree ids a build would compile, where the source cache already knows them (plan runs
     nothing: an upstream with a series is known once `patches check` or a build recorded it)."""
     from sglforge.sources.cache import SourceCache
@@ -102,15 +115,18 @@ def _tree_lines(lock: Lockfile, all_series: dict, settings: Settings,
     for upstream in lock.upstreams():
         series = all_series[upstream.name]
         tree = planned_tree(cache, upstream, series.digest, bool(series.entries))
-        out.append(f"  {upstream.name}: " + (f"tree {tree}" if tree else
-                                               f"{NOT_COMPUTED} {upstream.name}"))
+        out.append(
+            f"  {upstream.name}: " + (f"tree {tree}" if tree else f"{NOT_COMPUTED} {upstream.name}")
+        )
         for pin in lock.closure(upstream.name)[1:]:
             if pin.name in substitutes:
                 out.append(f"    {pin.name}: substituted (its tree is computed by the build)")
                 continue
             value = input_tree(cache, pin)
-            out.append(f"    {pin.name}: " + (f"tree {value}" if value else
-                                              f"{NOT_COMPUTED} {upstream.name} (after fetch)"))
+            out.append(
+                f"    {pin.name}: "
+                + (f"tree {value}" if value else f"{NOT_COMPUTED} {upstream.name} (after fetch)")
+            )
     return out
 
 
@@ -124,8 +140,9 @@ def _build_steps(project: Project, lock: Lockfile, target: str | None = None) ->
     from sglforge.inputs.toolchain import load_toolchain
 
     toolchain = load_toolchain(project.toolchain)
-    recipes = load_recipes(project.recipes_dir, lock, toolchain,
-                           load_target(project.root, target) if target else None)
+    recipes = load_recipes(
+        project.recipes_dir, lock, toolchain, load_target(project.root, target) if target else None
+    )
     lines = []
     for name in build_order({n: r.depends for n, r in recipes.items()}):
         recipe = recipes[name]
@@ -133,12 +150,19 @@ def _build_steps(project: Project, lock: Lockfile, target: str | None = None) ->
         after = f", after {', '.join(recipe.depends)}" if recipe.depends else ""
         local = recipe.local_label("<patchset8>", toolchain.cuda_tag, "<key8>")
         label = f", label +{local}" if local else ""
-        optional = (f" — opt-in ({recipe.opt_in}): only when named, `build -- {name}`"
-                    if recipe.opt_in else "")
-        lines.append(f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{label}"
-                     f"{after}){optional}")
-    lines.append(f"post-process, audit, write wheels/targets/{target}/manifest.json" if target
-                 else "post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock")
+        optional = (
+            f" — opt-in ({recipe.opt_in}): only when named, `build -- {name}`"
+            if recipe.opt_in
+            else ""
+        )
+        lines.append(
+            f"build {name} from {recipe.upstream}/{recipe.subdir} ({archs}{label}{after}){optional}"
+        )
+    lines.append(
+        f"post-process, audit, write wheels/targets/{target}/manifest.json"
+        if target
+        else "post-process, audit, write wheels/manifest.json and lockfiles/wheels.lock"
+    )
     return lines
 
 
@@ -148,8 +172,9 @@ def _build_steps(project: Project, lock: Lockfile, target: str | None = None) ->
 MATRIX_FORMAT = 1
 
 
-def build_matrix(project: Project, settings: Settings, *, use_remote: bool = True,
-                 target: str | None = None) -> dict:
+def build_matrix(
+    project: Project, settings: Settings, *, use_remote: bool = True, target: str | None = None
+) -> dict:
     """The recipes whose wheels are missing from the wheel cache, as CI jobs.
 
     Content keys are computed exactly as `sglforge build` computes them, so this needs the
@@ -187,21 +212,32 @@ def build_matrix(project: Project, settings: Settings, *, use_remote: bool = Tru
         recipe = inputs.recipes[name]
         needs = sorted(closure[name] & missing)
         waves[name] = 1 + max((waves[n] for n in needs), default=-1)
-        build.append({"recipe": name, "upstream": recipe.upstream, "key": keys[name].value,
-                      "needs": needs, "cuda_archs": list(recipe.cuda_archs),
-                      "wave": waves[name]})
-    levels = [{"include": [job for job in build if job["wave"] == level]}
-              for level in range(1 + max(waves.values(), default=-1))]
+        build.append(
+            {
+                "recipe": name,
+                "upstream": recipe.upstream,
+                "key": keys[name].value,
+                "needs": needs,
+                "cuda_archs": list(recipe.cuda_archs),
+                "wave": waves[name],
+            }
+        )
+    levels = [
+        {"include": [job for job in build if job["wave"] == level]}
+        for level in range(1 + max(waves.values(), default=-1))
+    ]
     archs = sorted({a for n in inputs.order for a in inputs.recipes[n].cuda_archs})
     return {
         "format": MATRIX_FORMAT,
         "cache": f"remote {remote.store.url}" if remote else f"local {local.root}",
         "build": build,
-        "cached": [{"recipe": n, "key": keys[n].value} for n in inputs.order
-                   if n not in missing],
+        "cached": [{"recipe": n, "key": keys[n].value} for n in inputs.order if n not in missing],
         "waves": levels,
-        "assemble": {"needs": [job["recipe"] for job in build], "recipes": inputs.order,
-                     "run": ["sglforge build", "sglforge check", "publish"]},
+        "assemble": {
+            "needs": [job["recipe"] for job in build],
+            "recipes": inputs.order,
+            "run": ["sglforge build", "sglforge check", "publish"],
+        },
         "smoke": {"needs": ["assemble"], "cuda_archs": archs},
     }
 
@@ -215,7 +251,9 @@ def render_matrix(matrix: dict, *, wave: int | None = None, max_waves: int | Non
 
     levels = matrix["waves"]
     if max_waves is not None and len(levels) > max_waves:
-        raise SglforgeError(f"plan --matrix: the missing recipes need {len(levels)} waves, more "
-                            f"than --max-waves {max_waves} (add build-wave jobs to the workflow)")
+        raise SglforgeError(
+            f"plan --matrix: the missing recipes need {len(levels)} waves, more "
+            f"than --max-waves {max_waves} (add build-wave jobs to the workflow)"
+        )
     data = matrix if wave is None else (levels[wave] if wave < len(levels) else {"include": []})
     return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -117,9 +117,14 @@ def write_compiler_wrappers(tools_bin: Path, build_root: Path, search_path: str)
         if real is None:
             wrapper.unlink(missing_ok=True)
             continue
-        wrapper.write_text(WRAPPER.format(rpath_patterns=_rpath_patterns(),
-                                          identity=_identity(real), real=shlex.quote(real),
-                                          flags=shlex.join(flags)))
+        wrapper.write_text(
+            WRAPPER.format(
+                rpath_patterns=_rpath_patterns(),
+                identity=_identity(real),
+                real=shlex.quote(real),
+                flags=shlex.join(flags),
+            )
+        )
         wrapper.chmod(0o755)
     if (tools_bin / "cc").exists():
         env["CC"] = str(tools_bin / "cc")

@@ -62,17 +62,45 @@ UNSAFE_FLAG = "--unsafe-no-sandbox"
 HOSTNAME = "sglforge-build"
 # Each namespace by name (Bazel's linux-sandbox and sccache-dist do the same): bubblewrap fails
 # when one cannot be made, instead of carrying on without it.
-NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-              "--unshare-uts", "--unshare-cgroup")
-HARDENING = ("--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
-             "--hostname", HOSTNAME)
+NAMESPACES = (
+    "--unshare-user",
+    "--unshare-ipc",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup",
+)
+HARDENING = (
+    "--disable-userns",
+    "--cap-drop",
+    "ALL",
+    "--die-with-parent",
+    "--new-session",
+    "--hostname",
+    HOSTNAME,
+)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # Secret files a read-only /etc would otherwise show (root without capabilities still owns
 # them): replaced by an empty file or directory.
-SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
-                "/etc/sudoers", "/etc/security/opasswd", "/etc/.pwd.lock")
-SECRET_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/credstore",
-               "/etc/credstore.encrypted", "/etc/wireguard", "/etc/docker", "/etc/containers")
+SECRET_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+    "/etc/.pwd.lock",
+)
+SECRET_DIRS = (
+    "/etc/ssh",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/wireguard",
+    "/etc/docker",
+    "/etc/containers",
+)
 
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install "
@@ -82,7 +110,8 @@ INSTALL_HINT = (
     "profile for bwrap on Ubuntu 24.04). Inside a container, the container must allow "
     "user namespaces (Docker: --security-opt seccomp=unconfined, or run sglforge on the "
     f"host). Only for code you trust: {UNSAFE_FLAG} builds without a sandbox (printed, and "
-    "recorded in the wheel's provenance)")
+    "recorded in the wheel's provenance)"
+)
 
 
 class SandboxUnavailable(SglforgeError):
@@ -109,14 +138,24 @@ class Bubblewrap:
 
     def describe(self) -> str:
         names = ", ".join(n.removeprefix("--unshare-") for n in NAMESPACES)
-        return (f"bubblewrap {self.version} ({self.path}): namespaces {names}; no "
-                "capabilities; read-only system, interpreter and inputs; writable: its tree, "
-                "work dir, private HOME and TMP")
+        return (
+            f"bubblewrap {self.version} ({self.path}): namespaces {names}; no "
+            "capabilities; read-only system, interpreter and inputs; writable: its tree, "
+            "work dir, private HOME and TMP"
+        )
 
     def wrap(self, mounts: Mounts, cmd: list[str]) -> list[str]:
         """`cmd` run inside a sandbox holding `mounts` (a fresh private HOME/TMP)."""
-        return [self.path, *NAMESPACES, *HARDENING, *filesystem(mounts),
-                "--chdir", str(mounts.cwd), "--", *cmd]
+        return [
+            self.path,
+            *NAMESPACES,
+            *HARDENING,
+            *filesystem(mounts),
+            "--chdir",
+            str(mounts.cwd),
+            "--",
+            *cmd,
+        ]
 
 
 def filesystem(mounts: Mounts) -> list[str]:
@@ -178,8 +217,10 @@ def _readable(mounts: Mounts, writable: list[Path]) -> list[Path]:
         if any(_under(path, top) for top in system):
             continue
         covering = [top for top in chosen if _under(path, top)]
-        if covering and not any(_under(w, max(covering, key=lambda p: len(p.parts)))
-                                and _under(path, w) for w in writable):
+        if covering and not any(
+            _under(w, max(covering, key=lambda p: len(p.parts))) and _under(path, w)
+            for w in writable
+        ):
             continue
         chosen.append(path)
     return chosen
@@ -206,8 +247,14 @@ def interpreter_dirs() -> list[Path]:
     """Where the build interpreter lives: its prefixes (a venv's and its base interpreter's,
     as given and resolved), the directory of its executable, and every directory a `.pth`
     file in its site-packages adds (an editable install, a venv layered over another)."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-            os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))}
+    dirs = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
     for site_dir in site.getsitepackages():
         dirs.update(_pth_dirs(Path(site_dir)))
     return [Path(d) for d in sorted(dirs) if d]
@@ -240,27 +287,41 @@ def find() -> Bubblewrap:
     if path is None:
         raise SandboxUnavailable(
             "no build sandbox: bubblewrap (bwrap) is not installed; sglforge does not run "
-            "upstream build code without one", hint=INSTALL_HINT)
+            "upstream build code without one",
+            hint=INSTALL_HINT,
+        )
     version = _version(path)
-    probe = [path, *NAMESPACES, *HARDENING, *filesystem(Mounts(cwd=Path("/"), writable=())),
-             "--", "/bin/sh", "-c", "test ! -w /usr && test ! -w /"]
+    probe = [
+        path,
+        *NAMESPACES,
+        *HARDENING,
+        *filesystem(Mounts(cwd=Path("/"), writable=())),
+        "--",
+        "/bin/sh",
+        "-c",
+        "test ! -w /usr && test ! -w /",
+    ]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, check=False,
-                              stdin=subprocess.DEVNULL, timeout=60)
+        done = subprocess.run(
+            probe, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxUnavailable(f"no build sandbox: {path} could not run: {exc}",
-                                 hint=INSTALL_HINT) from None
+        raise SandboxUnavailable(
+            f"no build sandbox: {path} could not run: {exc}", hint=INSTALL_HINT
+        ) from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise SandboxUnavailable(f"no build sandbox: {path} ({version}) cannot make one "
-                                 f"here: {why}", hint=INSTALL_HINT)
+        raise SandboxUnavailable(
+            f"no build sandbox: {path} ({version}) cannot make one here: {why}", hint=INSTALL_HINT
+        )
     return Bubblewrap(path, version)
 
 
 def _version(path: str) -> str:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True,
-                             check=False, timeout=30).stdout.split()
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, check=False, timeout=30
+        ).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out[-1] if out else "unknown"

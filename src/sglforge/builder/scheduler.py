@@ -58,31 +58,40 @@ class JobPlan:
     reason: str
 
     def env(self) -> dict[str, str]:
-        return {"MAX_JOBS": str(self.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(self.jobs),
-                "NVCC_THREADS": str(self.nvcc_threads)}
+        return {
+            "MAX_JOBS": str(self.jobs),
+            "CMAKE_BUILD_PARALLEL_LEVEL": str(self.jobs),
+            "NVCC_THREADS": str(self.nvcc_threads),
+        }
 
     def describe(self) -> str:
-        return (f"MAX_JOBS={self.jobs} NVCC_THREADS={self.nvcc_threads} "
-                f"CMAKE_BUILD_PARALLEL_LEVEL={self.jobs} ({self.reason})")
+        return (
+            f"MAX_JOBS={self.jobs} NVCC_THREADS={self.nvcc_threads} "
+            f"CMAKE_BUILD_PARALLEL_LEVEL={self.jobs} ({self.reason})"
+        )
 
 
-def plan_jobs(machine: Machine, mem_per_job: int, nvcc_threads: int = 1,
-              jobs_override: int | None = None) -> JobPlan:
+def plan_jobs(
+    machine: Machine, mem_per_job: int, nvcc_threads: int = 1, jobs_override: int | None = None
+) -> JobPlan:
     if mem_per_job <= 0 or (jobs_override is not None and jobs_override < 1):
-        raise SglforgeError(f"compile slots: mem-per-job {mem_per_job} bytes, jobs "
-                            f"{jobs_override}: both must be positive")
+        raise SglforgeError(
+            f"compile slots: mem-per-job {mem_per_job} bytes, jobs "
+            f"{jobs_override}: both must be positive"
+        )
     gib = 1 << 30
     by_memory = max(1, machine.mem_available // max(1, mem_per_job))
     slots = min(machine.cores, by_memory)
     source = "" if machine.mem_source == "MemAvailable" else f" ({machine.mem_source})"
-    reason = (f"{machine.cores} cores, {machine.mem_available / gib:.1f} GiB available{source} / "
-              f"{mem_per_job / gib:.1f} GiB per job -> {slots} slots")
+    reason = (
+        f"{machine.cores} cores, {machine.mem_available / gib:.1f} GiB available{source} / "
+        f"{mem_per_job / gib:.1f} GiB per job -> {slots} slots"
+    )
     if jobs_override is not None:
         slots = jobs_override
         reason = f"--jobs {jobs_override}"
     threads = max(1, min(nvcc_threads, slots))
-    return JobPlan(jobs=max(1, slots // threads), nvcc_threads=threads, slots=slots,
-                   reason=reason)
+    return JobPlan(jobs=max(1, slots // threads), nvcc_threads=threads, slots=slots, reason=reason)
 
 
 def build_order(depends: dict[str, tuple[str, ...]]) -> list[str]:
@@ -94,7 +103,7 @@ def build_order(depends: dict[str, tuple[str, ...]]) -> list[str]:
         if state.get(name) == "done":
             return
         if state.get(name) == "active":
-            cycle = path[path.index(name):] + [name]
+            cycle = path[path.index(name) :] + [name]
             raise SglforgeError(f"recipes depend on each other in a cycle: {' -> '.join(cycle)}")
         state[name] = "active"
         for dep in sorted(depends.get(name, ())):

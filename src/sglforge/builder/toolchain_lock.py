@@ -91,16 +91,20 @@ def parse_lock(path: Path) -> ToolchainLock:
         if match:
             section = match.group(1)
             if section not in SECTIONS:
-                problems.append(f"line {number}: unknown section [{section}] "
-                                f"(expected one of {', '.join(SECTIONS)})")
+                problems.append(
+                    f"line {number}: unknown section [{section}] "
+                    f"(expected one of {', '.join(SECTIONS)})"
+                )
             lock.sections.setdefault(section, [])
         section_of.append(section)
     for name in dict.fromkeys(section_of):
         text = "\n".join(raw if of == name else "" for raw, of in zip(lines, section_of))
         pins, found = parse_pinned(text)
         if name is None:
-            problems += [f"line {number}: entry before the first '# [section]' line"
-                         for number, _ in logical_lines(text)]
+            problems += [
+                f"line {number}: entry before the first '# [section]' line"
+                for number, _ in logical_lines(text)
+            ]
             continue
         problems += found
         lock.sections[name] = pins
@@ -129,8 +133,10 @@ def check_against_pins(lock: ToolchainLock, pins: dict[str, str]) -> list[str]:
         elif canonical_name(name) == "torch" and entry.version == public(version):
             continue
         elif entry.version != version:
-            problems.append(f"{name}: toolchain.toml pins {version}, {lock.path.name} "
-                            f"has {entry.version} (line {entry.line})")
+            problems.append(
+                f"{name}: toolchain.toml pins {version}, {lock.path.name} "
+                f"has {entry.version} (line {entry.line})"
+            )
     return problems
 
 
@@ -145,14 +151,19 @@ def index_for(section: str, index: str | None, torch_index: str | None) -> str:
 def index_args(url: str) -> list[str]:
     """--index-url URL; a local directory of wheels: --no-index --find-links DIR."""
     local = url.removeprefix("file://")
-    if "://" not in local and os.path.isdir(local) and not os.path.isdir(
-            os.path.join(local, "simple")) and any(n.endswith(".whl") for n in os.listdir(local)):
+    if (
+        "://" not in local
+        and os.path.isdir(local)
+        and not os.path.isdir(os.path.join(local, "simple"))
+        and any(n.endswith(".whl") for n in os.listdir(local))
+    ):
         return ["--no-index", "--find-links", local]
     return ["--index-url", url]
 
 
-def install_plan(lock: ToolchainLock, with_torch: bool, index: str | None,
-                 torch_index: str | None) -> list[tuple[str, list[str], list[str]]]:
+def install_plan(
+    lock: ToolchainLock, with_torch: bool, index: str | None, torch_index: str | None
+) -> list[tuple[str, list[str], list[str]]]:
     """(section, pip options, requirement lines) per section to install, in order."""
     plan = []
     for section in SECTIONS:
@@ -161,9 +172,11 @@ def install_plan(lock: ToolchainLock, with_torch: bool, index: str | None,
         entries = lock.sections.get(section, [])
         if not entries:
             if section == "torch":
-                raise LockError(f"{lock.path}: no [torch] section, but a selected recipe "
-                                "needs torch (python -m sglforge.builder.toolchain_lock prints "
-                                "how to generate it)")
+                raise LockError(
+                    f"{lock.path}: no [torch] section, but a selected recipe "
+                    "needs torch (python -m sglforge.builder.toolchain_lock prints "
+                    "how to generate it)"
+                )
             continue
         url = index_for(section, index, torch_index)
         options = ["--require-hashes", "--no-deps", "--only-binary", ":all:", *index_args(url)]
@@ -181,16 +194,33 @@ def pip_env() -> dict[str, str]:
     return env
 
 
-def install_commands(python: str, lock: ToolchainLock, with_torch: bool, index: str | None,
-                     torch_index: str | None, workdir: Path) -> list[list[str]]:
+def install_commands(
+    python: str,
+    lock: ToolchainLock,
+    with_torch: bool,
+    index: str | None,
+    torch_index: str | None,
+    workdir: Path,
+) -> list[list[str]]:
     """pip command lines that install the lock's sections into `python`'s environment."""
     commands = []
     workdir.mkdir(parents=True, exist_ok=True)
     for section, options, lines in install_plan(lock, with_torch, index, torch_index):
         requirements = workdir / f"toolchain-{section}.txt"
         requirements.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        commands.append([python, "-m", "pip", "install", "--progress-bar", "on", *options,
-                         "-r", str(requirements)])
+        commands.append(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--progress-bar",
+                "on",
+                *options,
+                "-r",
+                str(requirements),
+            ]
+        )
     return commands
 
 
@@ -264,12 +294,15 @@ HEADER = """\
 # (toolchain.toml pins {torch}{variant_note}).
 """
 
-VARIANT_NOTE = ("; PyPI hosts no local labels: the build checks the variant\n"
-                "# in the installed torch/version.py")
+VARIANT_NOTE = (
+    "; PyPI hosts no local labels: the build checks the variant\n"
+    "# in the installed torch/version.py"
+)
 
 
-def assemble(build_text: str, torch_text: str, variant_text: str | None, toolchain: dict,
-             uv: str = "0.13.9") -> str:
+def assemble(
+    build_text: str, torch_text: str, variant_text: str | None, toolchain: dict, uv: str = "0.13.9"
+) -> str:
     """The lock file from uv outputs: [build], torch's dependencies minus [build] as
     [torch-deps], torch (from `variant_text` when given: another torch index) as [torch]."""
     build = _build_blocks(build_text)
@@ -282,13 +315,19 @@ def assemble(build_text: str, torch_text: str, variant_text: str | None, toolcha
     locked = ENTRY.match(torch[0]).group(2)
     pin = toolchain.get("torch", "")
     note = VARIANT_NOTE if locked != pin else ""
-    header = HEADER.format(uv=uv, python=toolchain["python"],
-                           index=toolchain.get("index", DEFAULT_INDEX),
-                           torch_index=toolchain.get("torch-index", DEFAULT_INDEX),
-                           torch=pin, torch_locked=locked, variant_note=note)
+    header = HEADER.format(
+        uv=uv,
+        python=toolchain["python"],
+        index=toolchain.get("index", DEFAULT_INDEX),
+        torch_index=toolchain.get("torch-index", DEFAULT_INDEX),
+        torch=pin,
+        torch_locked=locked,
+        variant_note=note,
+    )
     sections = [("build", [b for _, b in build]), ("torch-deps", deps), ("torch", torch)]
-    return header + "".join(f"# [{name}]\n" + "".join(b + "\n" for b in bodies)
-                            for name, bodies in sections)
+    return header + "".join(
+        f"# [{name}]\n" + "".join(b + "\n" for b in bodies) for name, bodies in sections
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -308,20 +347,26 @@ def _main(args: list[str]) -> None:
         return
     if args[:1] == ["assemble"] and len(args) in (3, 4):
         texts = [Path(a).read_text(encoding="utf-8") for a in args[1:]]
-        sys.stdout.write(assemble(texts[0], texts[1], texts[2] if len(texts) == 3 else None,
-                                  data))
+        sys.stdout.write(assemble(texts[0], texts[1], texts[2] if len(texts) == 3 else None, data))
         return
     if args:
-        sys.exit("usage: python -m sglforge.builder.toolchain_lock "
-                 "[constraints BUILD.lock | assemble BUILD.lock TORCH.lock [TORCH-VARIANT.lock]]")
+        sys.exit(
+            "usage: python -m sglforge.builder.toolchain_lock "
+            "[constraints BUILD.lock | assemble BUILD.lock TORCH.lock [TORCH-VARIANT.lock]]"
+        )
     index = data.get("index", DEFAULT_INDEX)
     torch_index = data.get("torch-index", DEFAULT_INDEX)
     torch = data.get("torch", "<torch>")
     other = torch_index.rstrip("/") != index.rstrip("/")
-    print(GENERATE.format(
-        python=data["python"], index=index, torch_public=public(torch),
-        variant=VARIANT.format(torch=torch, torch_index=torch_index) if other else "",
-        variant_arg=" torch-variant.lock" if other else ""))
+    print(
+        GENERATE.format(
+            python=data["python"],
+            index=index,
+            torch_public=public(torch),
+            variant=VARIANT.format(torch=torch, torch_index=torch_index) if other else "",
+            variant_arg=" torch-variant.lock" if other else "",
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from sglforge.builder.pipeline import BuildOptions, run_build, target_wheels_dir
 from sglforge.inputs.project import Project
 from sglforge.inputs.recipes import recipe_names
 from sglforge.inputs.settings import Settings
-from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
 from sglforge.sources.substitute import substitute_trees
+from sglforge.wheel.outputs import MANIFEST, RUNTIME_MARKER, load_manifest
 from sglforge.wheel.provenance import dev_build_problem
 
 
@@ -60,8 +60,11 @@ def recorded_trees(provenance: dict | None) -> dict[str, str]:
     if isinstance(provenance.get("upstream"), str) and isinstance(provenance.get("tree"), str):
         trees[provenance["upstream"]] = provenance["tree"]
     for entry in provenance.get("sources") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
-                isinstance(entry.get("tree"), str):
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("tree"), str)
+        ):
             trees[entry["name"]] = entry["tree"]
     return trees
 
@@ -83,27 +86,40 @@ def tree_errors(recorded: dict | None, rebuilt: dict | None) -> list[str]:
         if got == tree:
             continue
         if name in substituted:  # a [substitutes] directory of the builder, not the pin
-            errors.append(f"substituted input {name}: the wheel was built from a [substitutes] "
-                          f"directory with tree {tree} ({substituted[name]}); the one here has "
-                          f"tree {got}: not the same input")
+            errors.append(
+                f"substituted input {name}: the wheel was built from a [substitutes] "
+                f"directory with tree {tree} ({substituted[name]}); the one here has "
+                f"tree {got}: not the same input"
+            )
         else:
-            errors.append(f"source tree of {name} changed under an unchanged patchset "
-                          f"{digest}: expected tree {tree}, got {got}")
+            errors.append(
+                f"source tree of {name} changed under an unchanged patchset "
+                f"{digest}: expected tree {tree}, got {got}"
+            )
     return errors
 
 
 def _substitute_paths(provenance: dict) -> dict[str, str]:
     """input name -> where its [substitutes] directory was, as a provenance records it"""
     entries = provenance.get("substitutes")
-    return {e["name"]: str(e.get("path") or "path not recorded")[:300]
-            for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)} \
-        if isinstance(entries, list) else {}
+    return (
+        {
+            e["name"]: str(e.get("path") or "path not recorded")[:300]
+            for e in entries
+            if isinstance(e, dict) and isinstance(e.get("name"), str)
+        }
+        if isinstance(entries, list)
+        else {}
+    )
 
 
 def member_digests(wheel: Path) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as archive:
-        return {i.filename: hashlib.sha256(archive.read(i)).hexdigest()
-                for i in archive.infolist() if not i.is_dir()}
+        return {
+            i.filename: hashlib.sha256(archive.read(i)).hexdigest()
+            for i in archive.infolist()
+            if not i.is_dir()
+        }
 
 
 def differing_members(a: Path, b: Path) -> list[str]:
@@ -126,17 +142,23 @@ def run_diffoscope(a: Path, b: Path, report: Path) -> Path | None:
     if binary is None:
         return None
     with open(report, "wb") as handle:
-        subprocess.run([binary, "--text", "-", str(a), str(b)], stdout=handle, check=False,
-                       stderr=subprocess.STDOUT)
+        subprocess.run(
+            [binary, "--text", "-", str(a), str(b)],
+            stdout=handle,
+            check=False,
+            stderr=subprocess.STDOUT,
+        )
     return report
 
 
 def expected_from_manifest(project: Project, wheels_dir: Path | None = None) -> dict[str, dict]:
     """recipe -> {"file", "sha256"} from wheels/manifest.json (a target's: its directory)."""
     path = (wheels_dir or project.wheels_dir) / MANIFEST
-    expected = {e["recipe"]: {"file": e["file"], "sha256": e["sha256"],
-                              "provenance": e.get("provenance")}
-                for e in load_manifest(path) if "recipe" in e}
+    expected = {
+        e["recipe"]: {"file": e["file"], "sha256": e["sha256"], "provenance": e.get("provenance")}
+        for e in load_manifest(path)
+        if "recipe" in e
+    }
     if not expected:
         raise SglforgeError(f"{path}: no built wheels to verify; run `nox -s build` first")
     return expected
@@ -154,21 +176,31 @@ def expected_from_lock(project: Project) -> dict[str, dict]:
         raise SglforgeError(f"{path}: {problems[0]}")
     if not pins:
         raise SglforgeError(f"{path}: pins no wheel built by sglforge")
-    manifest = {canonical_name(e["name"]): e
-                for e in load_manifest(project.wheels_dir / MANIFEST) if "recipe" in e}
+    manifest = {
+        canonical_name(e["name"]): e
+        for e in load_manifest(project.wheels_dir / MANIFEST)
+        if "recipe" in e
+    }
     by_name = {name: e["recipe"] for name, e in manifest.items()}
     recipes = {canonical_name(name): name for name in recipe_names(project.recipes_dir)}
     expected = {}
     for pin in pins:
         recipe = by_name.get(pin.name) or recipes.get(pin.name)
         if recipe is None:
-            raise SglforgeError(f"{path}: line {pin.line}: {pin.name} is built by no recipe in "
-                                f"{project.recipes_dir}")
+            raise SglforgeError(
+                f"{path}: line {pin.line}: {pin.name} is built by no recipe in "
+                f"{project.recipes_dir}"
+            )
         listed = manifest.get(pin.name) or {}
-        expected[recipe] = {"file": f"{pin.name}=={pin.version}", "sha256": pin.hashes[0],
-                            "version": pin.version, "name": pin.name,
-                            "provenance": listed.get("provenance")
-                            if listed.get("sha256") == pin.hashes[0] else None}
+        expected[recipe] = {
+            "file": f"{pin.name}=={pin.version}",
+            "sha256": pin.hashes[0],
+            "version": pin.version,
+            "name": pin.name,
+            "provenance": listed.get("provenance")
+            if listed.get("sha256") == pin.hashes[0]
+            else None,
+        }
     return expected
 
 
@@ -181,35 +213,55 @@ def _reference(project: Project, sha256: str) -> Path | None:
     return None
 
 
-def run_verify(project: Project, settings: Settings, options: BuildOptions,
-               out_dir: Path, *, from_lock: bool = False) -> list[Comparison]:
-    reference_dir = target_wheels_dir(project, options.target) if options.target else \
-        project.wheels_dir
+def run_verify(
+    project: Project,
+    settings: Settings,
+    options: BuildOptions,
+    out_dir: Path,
+    *,
+    from_lock: bool = False,
+) -> list[Comparison]:
+    reference_dir = (
+        target_wheels_dir(project, options.target) if options.target else project.wheels_dir
+    )
     if from_lock and options.target:
-        raise SglforgeError("verify --from-lock checks the product's lockfiles/wheels.lock; "
-                            "a target build has its manifest only (drop --target or "
-                            "--from-lock)")
+        raise SglforgeError(
+            "verify --from-lock checks the product's lockfiles/wheels.lock; "
+            "a target build has its manifest only (drop --target or "
+            "--from-lock)"
+        )
     source = project.wheels_lock if from_lock else reference_dir / MANIFEST
-    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
-        project, reference_dir)
+    expected = (
+        expected_from_lock(project) if from_lock else expected_from_manifest(project, reference_dir)
+    )
     names = list(options.names) or sorted(expected)
     missing = [n for n in names if n not in expected]
     if missing:
         raise SglforgeError(f"not in {source}: {', '.join(missing)}")
     for name in names:  # a dev wheel is incremental: there is nothing to reproduce
-        problem = dev_build_problem(expected[name].get("provenance"),
-                                    f"{expected[name]['file']}")
+        problem = dev_build_problem(expected[name].get("provenance"), f"{expected[name]['file']}")
         if problem:
             raise SglforgeError(f"verify: {problem}")
     if out_dir.resolve() == reference_dir.resolve():
         raise SglforgeError("verify writes to a separate directory, not wheels/")
-    print(f"verify: wiping build root {settings.build_root}; wheel caches (local and remote) "
-          f"and compiler cache off; expected digests from {source}")
+    print(
+        f"verify: wiping build root {settings.build_root}; wheel caches (local and remote) "
+        f"and compiler cache off; expected digests from {source}"
+    )
     remove_tree(settings.build_root)
     remove_tree(out_dir)
-    report = run_build(project, settings, replace(
-        options, names=tuple(names), use_wheel_cache=False, use_remote_cache=False,
-        compiler_cache=None, out_dir=out_dir))
+    report = run_build(
+        project,
+        settings,
+        replace(
+            options,
+            names=tuple(names),
+            use_wheel_cache=False,
+            use_remote_cache=False,
+            compiler_cache=None,
+            out_dir=out_dir,
+        ),
+    )
     results = []
     for wheel in report.wheels:
         if wheel.recipe not in expected:
@@ -217,32 +269,47 @@ def run_verify(project: Project, settings: Settings, options: BuildOptions,
         ref = expected[wheel.recipe]
         actual = wheel.sha256
         if "version" in ref and (canonical_name(wheel.name), wheel.version) != (
-                ref["name"], ref["version"]):
+            ref["name"],
+            ref["version"],
+        ):
             actual = f"{wheel.sha256} ({canonical_name(wheel.name)}=={wheel.version})"
-        result = Comparison(wheel.recipe, ref["file"], ref["sha256"], actual,
-                            tree_errors=tuple(tree_errors(ref.get("provenance"),
-                                                          wheel.provenance.to_json())))
+        result = Comparison(
+            wheel.recipe,
+            ref["file"],
+            ref["sha256"],
+            actual,
+            tree_errors=tuple(tree_errors(ref.get("provenance"), wheel.provenance.to_json())),
+        )
         if result.expected != result.actual:
-            ref_path = reference_dir / ref["file"] if not from_lock else _reference(
-                project, ref["sha256"])
+            ref_path = (
+                reference_dir / ref["file"] if not from_lock else _reference(project, ref["sha256"])
+            )
             rebuilt = out_dir / wheel.path.name
             if ref_path is not None and ref_path.is_file():
                 members = differing_members(ref_path, rebuilt)
-                diff = run_diffoscope(ref_path, rebuilt,
-                                      out_dir / f"diffoscope-{wheel.recipe}.txt")
+                diff = run_diffoscope(ref_path, rebuilt, out_dir / f"diffoscope-{wheel.recipe}.txt")
             else:
-                members = [f"(no wheel with sha256 {ref['sha256'][:16]}… in {reference_dir} to "
-                           "compare members with)" if from_lock
-                           else f"(reference {ref_path} is gone)"]
+                members = [
+                    f"(no wheel with sha256 {ref['sha256'][:16]}… in {reference_dir} to "
+                    "compare members with)"
+                    if from_lock
+                    else f"(reference {ref_path} is gone)"
+                ]
                 diff = None
             result = replace(result, differing_members=tuple(members), diffoscope_report=diff)
         results.append(result)
     return results
 
 
-def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (),
-                *, from_lock: bool = False, offline: bool = False,
-                target: str | None = None) -> list[Comparison]:
+def check_trees(
+    project: Project,
+    settings: Settings,
+    names: tuple[str, ...] = (),
+    *,
+    from_lock: bool = False,
+    offline: bool = False,
+    target: str | None = None,
+) -> list[Comparison]:
     """`verify --trees`: what a peer checks without compiling. For each wheel, export its
     pin afresh, apply its series, and compare `git write-tree` (and each input's tree) with
     the tree its provenance records; the series must be the one recorded."""
@@ -255,8 +322,11 @@ def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (
     from sglforge.sources.export import export_source
     from sglforge.sources.fetch import fetch_sources
 
-    expected = expected_from_lock(project) if from_lock else expected_from_manifest(
-        project, target_wheels_dir(project, target) if target else None)
+    expected = (
+        expected_from_lock(project)
+        if from_lock
+        else expected_from_manifest(project, target_wheels_dir(project, target) if target else None)
+    )
     chosen = list(names) or sorted(expected)
     missing = [n for n in chosen if n not in expected]
     if missing:
@@ -268,30 +338,48 @@ def check_trees(project: Project, settings: Settings, names: tuple[str, ...] = (
         ref, recipe = expected[name], recipes.get(name)
         recorded = ref.get("provenance")
         if recipe is None or not recorded_trees(recorded):
-            raise SglforgeError(f"verify --trees: {ref['file']} records no source tree "
-                                "(built before sglforge recorded trees): rebuild it")
+            raise SglforgeError(
+                f"verify --trees: {ref['file']} records no source tree "
+                "(built before sglforge recorded trees): rebuild it"
+            )
         series = load_series(project, recipe.upstream)
-        fetch_sources(lock, [recipe.upstream], settings, offline=offline,
-                      extra=backport_wants([series]))
+        fetch_sources(
+            lock, [recipe.upstream], settings, offline=offline, extra=backport_wants([series])
+        )
         with tempfile.TemporaryDirectory(prefix=f"sglforge-trees-{name}-") as tmp:
             work = Path(tmp)
             tree = export_source(lock, recipe.upstream, work / "src", settings)
             apply_series(tree.path, series, settings)
-            exported = {pin.name: export_source(lock, pin.name, work / "deps" / pin.name,
-                                                settings).path
-                        for pin in lock.fetchcontent(recipe.upstream)}
+            exported = {
+                pin.name: export_source(lock, pin.name, work / "deps" / pin.name, settings).path
+                for pin in lock.fetchcontent(recipe.upstream)
+            }
             # a substituted input's tree is computed, never recorded under its pin
-            trees = source_trees(lock, recipe.upstream, series, settings, tree.path, exported,
-                                 substitute_trees(lock, settings, recipe.upstream))
-        now = {"upstream": recipe.upstream, "tree": trees.tree, "series_sha256": series.digest,
-               "sources": [{"name": k, "tree": v} for k, v in trees.inputs.items()]}
+            trees = source_trees(
+                lock,
+                recipe.upstream,
+                series,
+                settings,
+                tree.path,
+                exported,
+                substitute_trees(lock, settings, recipe.upstream),
+            )
+        now = {
+            "upstream": recipe.upstream,
+            "tree": trees.tree,
+            "series_sha256": series.digest,
+            "sources": [{"name": k, "tree": v} for k, v in trees.inputs.items()],
+        }
         problems = tree_errors(recorded, now)
         if recorded.get("series_sha256") != series.digest:
-            problems.append(f"patches/{recipe.upstream}/series is not the one {ref['file']} "
-                            f"was built with (patchset {str(recorded.get('series_sha256'))[:8]}"
-                            f", now {series.patchset8}): rebuild it")
-        results.append(Comparison(name, ref["file"], recorded["tree"], trees.tree,
-                                  tree_errors=tuple(problems)))
+            problems.append(
+                f"patches/{recipe.upstream}/series is not the one {ref['file']} "
+                f"was built with (patchset {str(recorded.get('series_sha256'))[:8]}"
+                f", now {series.patchset8}): rebuild it"
+            )
+        results.append(
+            Comparison(name, ref["file"], recorded["tree"], trees.tree, tree_errors=tuple(problems))
+        )
     return results
 
 
@@ -313,8 +401,10 @@ def render(results: list[Comparison]) -> str:
             continue
         if r.expected == r.actual:
             continue
-        lines.append(f"  DIFFERS    {r.file}: expected sha256:{r.expected[:16]}, rebuilt "
-                     f"sha256:{r.actual[:16]}{r.actual[64:]}")
+        lines.append(
+            f"  DIFFERS    {r.file}: expected sha256:{r.expected[:16]}, rebuilt "
+            f"sha256:{r.actual[:16]}{r.actual[64:]}"
+        )
         lines += [f"      member: {m}" for m in r.differing_members]
         if r.diffoscope_report:
             lines.append(f"      diffoscope report: {r.diffoscope_report}")

@@ -79,8 +79,13 @@ class CacheEntry:
     version: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"file": self.wheel.name, "sha256": self.sha256, "name": self.name,
-                "version": self.version, "size": self.wheel.stat().st_size}
+        return {
+            "file": self.wheel.name,
+            "sha256": self.sha256,
+            "name": self.name,
+            "version": self.version,
+            "size": self.wheel.stat().st_size,
+        }
 
 
 @dataclass(frozen=True)
@@ -116,13 +121,12 @@ def read_entry(data: bytes | str) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge numbers
         raise ValueError(f"not JSON ({str(exc).split(':')[0]})") from None
     if not isinstance(meta, dict):
-        raise ValueError(f"not a JSON object (a {type(meta).__name__})")  # noqa: TRY004
+        raise ValueError(f"not a JSON object (a {type(meta).__name__})")
     fields: dict[str, Any] = {}
     for name in ("file", "sha256", "name", "version"):
         value = meta.get(name)
         if not isinstance(value, str):
-            raise ValueError(  # noqa: TRY004 - one kind of problem: not sglforge's JSON
-                f"'{name}' is {'missing' if value is None else 'not a string'}")
+            raise ValueError(f"'{name}' is {'missing' if value is None else 'not a string'}")
         if not value or _UNSAFE.search(value):
             raise ValueError(f"'{name}' is empty or has spaces or control characters")
         fields[name] = value
@@ -178,11 +182,15 @@ def wheel_identity(path: Path) -> WheelIdentity:
     headers = metadata_headers(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            found = [n for n in archive.namelist()
-                     if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")]
+            found = [
+                n
+                for n in archive.namelist()
+                if n.count("/") == 1 and n.endswith(".dist-info/WHEEL")
+            ]
             if len(found) != 1:
-                raise SglforgeError(f"{path.name}: expected one <name>.dist-info/WHEEL, found "
-                                    f"{len(found)}")
+                raise SglforgeError(
+                    f"{path.name}: expected one <name>.dist-info/WHEEL, found {len(found)}"
+                )
             wheel_meta = parse_headers(read_member(archive, found[0], path.name, "WHEEL"))
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise SglforgeError(f"{path.name}: not a readable wheel ({exc})") from None
@@ -190,13 +198,15 @@ def wheel_identity(path: Path) -> WheelIdentity:
     if not NAME.fullmatch(name):
         raise SglforgeError(f"{path.name}: METADATA Name {name!r} is not a distribution name")
     if _UNSAFE.search(version):
-        raise SglforgeError(f"{path.name}: METADATA Version {version!r} has spaces or control "
-                            "characters")
+        raise SglforgeError(
+            f"{path.name}: METADATA Version {version!r} has spaces or control characters"
+        )
     try:
         parsed = Version(version)
     except InvalidVersion:
-        raise SglforgeError(f"{path.name}: METADATA Version {version!r} is not a PEP 440 "
-                            "version") from None
+        raise SglforgeError(
+            f"{path.name}: METADATA Version {version!r} is not a PEP 440 version"
+        ) from None
     tags = [str(t).strip() for t in wheel_meta.get_all("Tag") or []]
     if not tags or not all(TAG.fullmatch(t) for t in tags):
         raise SglforgeError(f"{path.name}: WHEEL has no valid Tag lines ({tags[:3]!r})")
@@ -204,12 +214,18 @@ def wheel_identity(path: Path) -> WheelIdentity:
     try:
         file_name, file_version, _, _ = parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise SglforgeError(f"{path.name}: its METADATA and WHEEL do not make a valid wheel "
-                            f"file name ({exc})") from None
-    if not WHEEL_FILE.fullmatch(filename) or file_version != parsed \
-            or file_name != canonicalize_name(name):
-        raise SglforgeError(f"{path.name}: its METADATA and WHEEL do not make a valid wheel "
-                            f"file name ({filename!r})")
+        raise SglforgeError(
+            f"{path.name}: its METADATA and WHEEL do not make a valid wheel file name ({exc})"
+        ) from None
+    if (
+        not WHEEL_FILE.fullmatch(filename)
+        or file_version != parsed
+        or file_name != canonicalize_name(name)
+    ):
+        raise SglforgeError(
+            f"{path.name}: its METADATA and WHEEL do not make a valid wheel "
+            f"file name ({filename!r})"
+        )
     return WheelIdentity(name, version, frozenset(tags), filename)
 
 
@@ -253,8 +269,9 @@ class WheelCache:
         atomic_write_bytes(entry_dir / wheel.name, wheel.read_bytes())
         entry = CacheEntry(entry_dir / wheel.name, sha256, name, version)
         meta = {**entry.as_json(), "stat": _stamp(entry.wheel)}
-        atomic_write_bytes(entry_dir / "entry.json",
-                           (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(
+            entry_dir / "entry.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+        )
         return entry
 
 
@@ -272,8 +289,9 @@ class RemoteRefused(SglforgeError):
 class RemoteWheelCache:
     """The remote tier: a WebDAV collection shared by build hosts (module docstring)."""
 
-    def __init__(self, store: RemoteStore, limits: DownloadLimits | None = None,
-                 report=print) -> None:  # noqa: ANN001 - report(line), progress lines
+    def __init__(
+        self, store: RemoteStore, limits: DownloadLimits | None = None, report=print
+    ) -> None:
         self.store = store
         self.limits = limits or DownloadLimits()
         self.report = report
@@ -284,18 +302,21 @@ class RemoteWheelCache:
 
     def has(self, key: str) -> bool:
         """Whether a committed entry (entry.json) exists; not verified (`plan --matrix`)."""
-        return self.store.exists(f"{self.entry_prefix(key)}/entry.json",
-                                 deadline=self.limits.deadline)
+        return self.store.exists(
+            f"{self.entry_prefix(key)}/entry.json", deadline=self.limits.deadline
+        )
 
-    def fetch(self, key: str, content_key: str, dest_dir: Path,
-              expected: ExpectedWheel) -> CacheEntry | None:
+    def fetch(
+        self, key: str, content_key: str, dest_dir: Path, expected: ExpectedWheel
+    ) -> CacheEntry | None:
         """Download and verify the entry for `key` into `dest_dir`: None when absent,
         `RemoteRefused` when present but not trustworthy (nothing is left in `dest_dir`)."""
         prefix = self.entry_prefix(key)
         where = self.store.url_of(f"{prefix}/entry.json")
         try:
-            raw = self.store.get_bytes(f"{prefix}/entry.json", limit=ENTRY_LIMIT,
-                                       deadline=self.limits.deadline)
+            raw = self.store.get_bytes(
+                f"{prefix}/entry.json", limit=ENTRY_LIMIT, deadline=self.limits.deadline
+            )
         except DownloadTooLarge as exc:
             raise RemoteRefused(str(exc).removeprefix("remote store: ")) from None
         if raw is None:
@@ -303,23 +324,34 @@ class RemoteWheelCache:
         try:
             meta = read_entry(raw)
         except ValueError as exc:
-            raise RemoteRefused(f"{where}: damaged entry, not the JSON sglforge writes: {exc}"
-                                ) from None
+            raise RemoteRefused(
+                f"{where}: damaged entry, not the JSON sglforge writes: {exc}"
+            ) from None
         size = meta.get("size")
         if size is not None and size > self.limits.max_size:
-            raise RemoteRefused(f"{where}: the wheel has {size} bytes, more than [wheel-cache] "
-                                f"max-size ({self.limits.max_size}); not downloaded")
+            raise RemoteRefused(
+                f"{where}: the wheel has {size} bytes, more than [wheel-cache] "
+                f"max-size ({self.limits.max_size}); not downloaded"
+            )
         wheel_url = self.store.url_of(f"{prefix}/{meta['file']}")
         # a name of ours: nothing from entry.json becomes a local path
         download = dest_dir / f"remote-{key[:16]}.whl"
-        progress = DownloadProgress(f"    remote cache: {meta['file']}", self.report,
-                                    every_bytes=self.limits.progress_bytes,
-                                    every_seconds=self.limits.progress_seconds)
+        progress = DownloadProgress(
+            f"    remote cache: {meta['file']}",
+            self.report,
+            every_bytes=self.limits.progress_bytes,
+            every_seconds=self.limits.progress_seconds,
+        )
         try:
             try:
-                if not self.store.get(f"{prefix}/{meta['file']}", download,
-                                      sha256=meta["sha256"], max_bytes=self.limits.cap(size),
-                                      deadline=self.limits.deadline, progress=progress):
+                if not self.store.get(
+                    f"{prefix}/{meta['file']}",
+                    download,
+                    sha256=meta["sha256"],
+                    max_bytes=self.limits.cap(size),
+                    deadline=self.limits.deadline,
+                    progress=progress,
+                ):
                     raise RemoteRefused(f"{where}: names {meta['file']}, which is not there")
             except (IntegrityError, DownloadTooLarge) as exc:
                 raise RemoteRefused(str(exc).removeprefix("remote store: ")) from None
@@ -332,8 +364,14 @@ class RemoteWheelCache:
             raise
         return CacheEntry(final, meta["sha256"], identity.name, identity.version)
 
-    def _verify(self, wheel: Path, wheel_url: str, meta: dict[str, Any],
-                expected: ExpectedWheel, content_key: str) -> WheelIdentity:
+    def _verify(
+        self,
+        wheel: Path,
+        wheel_url: str,
+        meta: dict[str, Any],
+        expected: ExpectedWheel,
+        content_key: str,
+    ) -> WheelIdentity:
         """The checks (3) and (4) of the module docstring; RemoteRefused names the URL."""
         from sglforge.wheel.provenance import read as read_provenance
 
@@ -341,8 +379,9 @@ class RemoteWheelCache:
             identity = wheel_identity(wheel)
             provenance = read_provenance(wheel)
         except SglforgeError as exc:
-            raise RemoteRefused(f"{wheel_url}: the wheel is unreadable "
-                                f"({_unprefixed(str(exc), wheel)})") from None
+            raise RemoteRefused(
+                f"{wheel_url}: the wheel is unreadable ({_unprefixed(str(exc), wheel)})"
+            ) from None
         name = canonicalize_name(identity.name)
 
         def refuse(why: str) -> RemoteRefused:
@@ -350,33 +389,47 @@ class RemoteWheelCache:
 
         stamped = provenance.content_key
         if stamped != content_key:
-            raise refuse(f"its content_key {(stamped or 'none')[:12]} is not the key looked "
-                         f"up {content_key[:12]}")
+            raise refuse(
+                f"its content_key {(stamped or 'none')[:12]} is not the key looked "
+                f"up {content_key[:12]}"
+            )
         if provenance.dev:  # incremental, never uploaded by sglforge: planted
             raise refuse("a dev build (`build --dev`), never a release wheel")
         if provenance.substitutes:  # local use only, never uploaded by sglforge: planted
             raise refuse("built with substituted inputs, never uploaded by sglforge")
         if name != canonicalize_name(expected.name):
-            raise refuse(f"its METADATA Name {identity.name!r} is not {expected.name}, the "
-                         "wheel the recipe builds")
+            raise refuse(
+                f"its METADATA Name {identity.name!r} is not {expected.name}, the "
+                "wheel the recipe builds"
+            )
         if expected.version is not None and identity.version != expected.version:
-            raise refuse(f"its version {identity.version} is not {expected.version}, the "
-                         "recipe's")
+            raise refuse(f"its version {identity.version} is not {expected.version}, the recipe's")
         if expected.local is not None and not identity.version.endswith(f"+{expected.local}"):
-            raise refuse(f"its version {identity.version} lacks the recipe's local label "
-                         f"+{expected.local}")
+            raise refuse(
+                f"its version {identity.version} lacks the recipe's local label +{expected.local}"
+            )
         file_name, file_version, _, file_tags = parse_wheel_filename(meta["file"])
         if (file_name, file_version, {str(t) for t in file_tags}) != (
-                name, Version(identity.version), {t.lower() for t in identity.tags}):
-            raise refuse(f"entry.json names the file {meta['file']}, but the wheel's METADATA "
-                         f"and WHEEL make it {identity.filename}")
+            name,
+            Version(identity.version),
+            {t.lower() for t in identity.tags},
+        ):
+            raise refuse(
+                f"entry.json names the file {meta['file']}, but the wheel's METADATA "
+                f"and WHEEL make it {identity.filename}"
+            )
         if canonicalize_name(meta["name"]) != name or meta["version"] != identity.version:
-            raise refuse(f"entry.json says {meta['name']} {meta['version']}, the wheel's "
-                         f"METADATA {identity.name} {identity.version}")
+            raise refuse(
+                f"entry.json says {meta['name']} {meta['version']}, the wheel's "
+                f"METADATA {identity.name} {identity.version}"
+            )
         if provenance.version != identity.version or (
-                provenance.wheel is not None and provenance.wheel != expected.name):
-            raise refuse(f"its provenance says {provenance.wheel} {provenance.version}, its "
-                         f"METADATA {identity.name} {identity.version}")
+            provenance.wheel is not None and provenance.wheel != expected.name
+        ):
+            raise refuse(
+                f"its provenance says {provenance.wheel} {provenance.version}, its "
+                f"METADATA {identity.name} {identity.version}"
+            )
         return identity
 
     def upload(self, key: str, entry: CacheEntry) -> None:

@@ -21,17 +21,24 @@ def check_abi(stack: Stack, target: Target, findings: Findings) -> None:
     python = Version(f"{target.python}.0")
     for wheel in stack.wheels:
         if not wheel.tags & supported:
-            findings.error(PART, f"{wheel.file.name}: no tag installs on CPython "
-                                 f"{target.python} {target.machine} (tags: "
-                                 f"{', '.join(sorted(wheel.tags))})")
+            findings.error(
+                PART,
+                f"{wheel.file.name}: no tag installs on CPython "
+                f"{target.python} {target.machine} (tags: "
+                f"{', '.join(sorted(wheel.tags))})",
+            )
         if wheel.requires_python:
             try:
                 if not SpecifierSet(wheel.requires_python).contains(python, prereleases=True):
-                    findings.error(PART, f"{wheel.label}: Requires-Python "
-                                         f"{wheel.requires_python} excludes {target.python}")
+                    findings.error(
+                        PART,
+                        f"{wheel.label}: Requires-Python "
+                        f"{wheel.requires_python} excludes {target.python}",
+                    )
             except InvalidSpecifier:
-                findings.error(PART, f"{wheel.label}: invalid Requires-Python "
-                                     f"{wheel.requires_python!r}")
+                findings.error(
+                    PART, f"{wheel.label}: invalid Requires-Python {wheel.requires_python!r}"
+                )
         for text in wheel.requires_dist:
             try:
                 req = Requirement(text)
@@ -43,20 +50,23 @@ def check_abi(stack: Stack, target: Target, findings: Findings) -> None:
                 continue  # reported by resolution
             if canonical_name(req.name) != "torch" or not applies:
                 continue
-            if target.torch and not req.specifier.contains(Version(target.torch),
-                                                           prereleases=True):
-                findings.error(PART, f"{wheel.label}: requires {req}, serving torch is "
-                                     f"{target.torch}")
+            if target.torch and not req.specifier.contains(Version(target.torch), prereleases=True):
+                findings.error(
+                    PART, f"{wheel.label}: requires {req}, serving torch is {target.torch}"
+                )
         prov = wheel.provenance
         bound = prov.requires_torch if prov else None
         # Provenance records the public version the wheel requires (torch==2.13.0); the
         # toolchain pins the variant too (2.13.0+cu130): compare what both say.
         if bound and target.torch and Version(bound).public != Version(target.torch).public:
-            findings.error(PART, f"{wheel.label}: built against torch {bound}, serving torch "
-                                 f"is {target.torch}")
+            findings.error(
+                PART, f"{wheel.label}: built against torch {bound}, serving torch is {target.torch}"
+            )
         built_python = str((prov.toolchain.get("python") if prov else None) or "")
         cpython_only = any(t.split("-")[1].startswith("cp") for t in wheel.tags)
-        if built_python and cpython_only and ".".join(built_python.split(".")[:2]) != \
-                target.python:
-            findings.error(PART, f"{wheel.label}: built with Python {built_python}, serving "
-                                 f"Python is {target.python}")
+        if built_python and cpython_only and ".".join(built_python.split(".")[:2]) != target.python:
+            findings.error(
+                PART,
+                f"{wheel.label}: built with Python {built_python}, serving "
+                f"Python is {target.python}",
+            )

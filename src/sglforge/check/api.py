@@ -109,13 +109,19 @@ def find_consumer(stack: Stack, module: str) -> StackWheel | None:
     return None
 
 
-def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
-              kernel_modules: tuple[str, ...] = KERNEL_MODULES,
-              consumer_module: str = CONSUMER_MODULE, aliases: tuple[Alias, ...] = ()) -> None:
+def check_api(
+    stack: Stack,
+    waivers: list[Waiver],
+    findings: Findings,
+    kernel_modules: tuple[str, ...] = KERNEL_MODULES,
+    consumer_module: str = CONSUMER_MODULE,
+    aliases: tuple[Alias, ...] = (),
+) -> None:
     consumer = find_consumer(stack, consumer_module)
     if consumer is None:
-        findings.hint(PART, f"no built wheel provides `{consumer_module}`: API coherence "
-                            "not checked")
+        findings.hint(
+            PART, f"no built wheel provides `{consumer_module}`: API coherence not checked"
+        )
         return
     provider: dict[str, tuple[StackWheel, WheelModules]] = {}
     backends = {alias.provider.split(".")[0] for alias in aliases}
@@ -129,7 +135,8 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
         for member in consumer.members:
             if member.startswith(f"{consumer_module}/") and member.endswith(".py"):
                 text = read_member(archive, member, consumer.file, "source").decode(
-                    "utf-8", "replace")
+                    "utf-8", "replace"
+                )
                 uses += collect_uses(text, member, kernel_modules)
     used_waivers: set[Waiver] = set()
     reported: set[tuple[str, int, str]] = set()
@@ -144,7 +151,7 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
         checked += 1
         missing = resolve(modules, use.name)
         if missing is not None and top in alias_of:  # a meta package: its backend's names
-            backend = alias_of[top] + use.name[len(top):]
+            backend = alias_of[top] + use.name[len(top) :]
             backend_top = backend.split(".")[0]
             if backend_top in provider and resolve(provider[backend_top][1], backend) is None:
                 missing = None
@@ -161,12 +168,17 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
     locked = {pin.name for pin in stack.runtime}
     for top, module_uses in sorted(unprovided.items()):
         first = module_uses[0]
-        message = (f"{first.file}:{first.line} uses {top} ({len(module_uses)} use(s)) — no "
-                   "built wheel provides module " + top)
+        message = (
+            f"{first.file}:{first.line} uses {top} ({len(module_uses)} use(s)) — no "
+            "built wheel provides module " + top
+        )
         waiver = next((w for w in waivers if w.covers(top, first.file)), None)
         if canonical_name(top) in locked:
-            findings.hint(PART, f"{message}; {stack.runtime_lock.name} pins a distribution "
-                                f"named {top}: names not checked")
+            findings.hint(
+                PART,
+                f"{message}; {stack.runtime_lock.name} pins a distribution "
+                f"named {top}: names not checked",
+            )
         elif waiver is not None:
             used_waivers.add(waiver)
             findings.waived(PART, f"{message} (waived: {waiver.reason})")
@@ -174,8 +186,15 @@ def check_api(stack: Stack, waivers: list[Waiver], findings: Findings,
             findings.error(PART, message)
     for waiver in waivers:
         if waiver not in used_waivers:
-            findings.hint("waivers", f"waiver for {waiver.name} (line {waiver.line}) matched "
-                                     "nothing: remove it")
-    findings.info(PART, f"{checked} use(s) in {consumer.label} checked against "
-                        + (", ".join(f"{w.label} ({t})" for t, (w, _) in sorted(provider.items()))
-                           or "no kernel wheel"))
+            findings.hint(
+                "waivers",
+                f"waiver for {waiver.name} (line {waiver.line}) matched nothing: remove it",
+            )
+    findings.info(
+        PART,
+        f"{checked} use(s) in {consumer.label} checked against "
+        + (
+            ", ".join(f"{w.label} ({t})" for t, (w, _) in sorted(provider.items()))
+            or "no kernel wheel"
+        ),
+    )

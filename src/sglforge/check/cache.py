@@ -22,11 +22,10 @@ FORMAT = 1
 
 
 def _files(directory: Path, pattern: str) -> list[Path]:
-    return sorted(p for p in directory.rglob(pattern) if p.is_file()) if directory.is_dir() \
-        else []
+    return sorted(p for p in directory.rglob(pattern) if p.is_file()) if directory.is_dir() else []
 
 
-def inputs_digest(project) -> str:  # noqa: ANN001 - inputs.project.Project
+def inputs_digest(project) -> str:
     digest = hashlib.sha256(f"format {FORMAT}\n".encode())
 
     def add(label: str, data: bytes) -> None:
@@ -41,8 +40,10 @@ def inputs_digest(project) -> str:  # noqa: ANN001 - inputs.project.Project
     add("manifest", data)
     for wheel in sorted(project.wheels_dir.glob("*.whl")):
         st = wheel.stat()
-        add(f"wheel {wheel.name}",
-            f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}".encode())
+        add(
+            f"wheel {wheel.name}",
+            f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}".encode(),
+        )
     package = Path(sglforge.__file__).parent
     for path in _files(package, "*.py"):
         add(f"sglforge {path.relative_to(package)}", path.read_bytes())
@@ -55,15 +56,21 @@ def lookup(path: Path, key: str) -> tuple[bool, str] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("key") != key or not isinstance(
-            data.get("ok"), bool) or not isinstance(data.get("report"), str):
+    if (
+        not isinstance(data, dict)
+        or data.get("key") != key
+        or not isinstance(data.get("ok"), bool)
+        or not isinstance(data.get("report"), str)
+    ):
         return None
     return data["ok"], data["report"]
 
 
 def store(path: Path, key: str, ok: bool, report: str) -> None:
     try:
-        atomic_write_text(path, json.dumps({"format": FORMAT, "key": key, "ok": ok,
-                                            "report": report}, indent=1) + "\n")
+        atomic_write_text(
+            path,
+            json.dumps({"format": FORMAT, "key": key, "ok": ok, "report": report}, indent=1) + "\n",
+        )
     except OSError:
         pass  # a read-only build root costs the next build one check

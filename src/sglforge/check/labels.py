@@ -41,8 +41,9 @@ def expected_version(recipe: Recipe, pin: Pin) -> Version | None:
     """The release the pin names, where the wheel's version comes from it (a `base-version`
     recipe, or a wheel named after its upstream); else the recipe's base-version, if any."""
     release = release_of(pin)
-    if release is not None and (recipe.base_version is not None
-                                or canonical_name(recipe.name) == canonical_name(pin.name)):
+    if release is not None and (
+        recipe.base_version is not None or canonical_name(recipe.name) == canonical_name(pin.name)
+    ):
         return release
     return Version(recipe.base_version) if recipe.base_version is not None else None
 
@@ -54,19 +55,25 @@ def check_recipes(recipes: dict[str, Recipe], lock: Lockfile, findings: Findings
         if recipe.base_version is None or release is None:
             continue
         if Version(recipe.base_version) != release:
-            findings.error(PART, f"recipes/{recipe.path.name}: base-version "
-                                 f"{recipe.base_version} but the pin {pin.name} is {pin.ref} "
-                                 f"({(pin.commit or '')[:12]}): set base-version = "
-                                 f"\"{release}\"")
+            findings.error(
+                PART,
+                f"recipes/{recipe.path.name}: base-version "
+                f"{recipe.base_version} but the pin {pin.name} is {pin.ref} "
+                f"({(pin.commit or '')[:12]}): set base-version = "
+                f'"{release}"',
+            )
 
 
-def check_wheels(stack: Stack, recipes: dict[str, Recipe], lock: Lockfile,
-                 findings: Findings) -> None:
+def check_wheels(
+    stack: Stack, recipes: dict[str, Recipe], lock: Lockfile, findings: Findings
+) -> None:
     for wheel in stack.wheels:
         recipe = recipes.get(wheel.recipe or "")
         if recipe is None:
-            findings.hint(PART, f"{wheel.label}: no recipe named {wheel.recipe!r}: label not "
-                                "checked against a pin")
+            findings.hint(
+                PART,
+                f"{wheel.label}: no recipe named {wheel.recipe!r}: label not checked against a pin",
+            )
             continue
         pin = lock.get(recipe.upstream)
         expected = expected_version(recipe, pin)
@@ -76,19 +83,30 @@ def check_wheels(stack: Stack, recipes: dict[str, Recipe], lock: Lockfile,
             findings.error(PART, f"{wheel.label}: not a PEP 440 version")
             continue
         if expected is not None and Version(public) != expected:
-            findings.error(PART, f"{wheel.label}: labelled {public} but {pin.name} "
-                                 f"{pin.ref or ''} ({(pin.commit or '')[:12]}) is {expected}")
+            findings.error(
+                PART,
+                f"{wheel.label}: labelled {public} but {pin.name} "
+                f"{pin.ref or ''} ({(pin.commit or '')[:12]}) is {expected}",
+            )
         prov = wheel.provenance
         if prov is None:
-            findings.hint(PART, f"{wheel.label}: no sglforge-build.json (not built by "
-                                "sglforge): pinned commit not checked")
+            findings.hint(
+                PART,
+                f"{wheel.label}: no sglforge-build.json (not built by "
+                "sglforge): pinned commit not checked",
+            )
             continue
         if prov.upstream != recipe.upstream or prov.commit != pin.identity:
-            findings.error(PART, f"{wheel.label}: built from {prov.upstream} "
-                                 f"{prov.commit[:12]}, but the pin is "
-                                 f"{recipe.upstream} {pin.identity[:12]}: rebuild it")
+            findings.error(
+                PART,
+                f"{wheel.label}: built from {prov.upstream} "
+                f"{prov.commit[:12]}, but the pin is "
+                f"{recipe.upstream} {pin.identity[:12]}: rebuild it",
+            )
     built = {canonical_name(w.recipe or w.name) for w in stack.wheels}
     for recipe in recipes.values():  # an opt-in wheel is optional: absent is no error
         if recipe.opt_in and canonical_name(recipe.name) not in built:
-            findings.info(PART, f"{recipe.name}: not in the stack; opt-in "
-                                f"({recipe.opt_in}), built only by name")
+            findings.info(
+                PART,
+                f"{recipe.name}: not in the stack; opt-in ({recipe.opt_in}), built only by name",
+            )

@@ -20,8 +20,19 @@ from sglforge.wheel.members import read_member
 
 EXTENSION_SUFFIXES = (".so", ".pyd")
 # Attributes every module object has, whatever its source says.
-MODULE_DUNDERS = frozenset({"__name__", "__file__", "__path__", "__doc__", "__spec__",
-                            "__loader__", "__package__", "__dict__", "__builtins__"})
+MODULE_DUNDERS = frozenset(
+    {
+        "__name__",
+        "__file__",
+        "__path__",
+        "__doc__",
+        "__spec__",
+        "__loader__",
+        "__package__",
+        "__dict__",
+        "__builtins__",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +117,11 @@ class WheelModules:
             tree = ast.parse(self._read(member), filename=member)
         except SyntaxError:
             return ModuleNames(frozenset(), True)
-        package = module if member.endswith(("__init__.py", "__init__.pyi")) else \
-            module.rpartition(".")[0]
+        package = (
+            module
+            if member.endswith(("__init__.py", "__init__.pyi"))
+            else module.rpartition(".")[0]
+        )
         collector = _Binder(self, package)
         for statement in tree.body:
             collector.statement(statement)
@@ -136,8 +150,13 @@ class WheelModules:
             return None
         found: set[str] | None = None
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                else []
+            )
             if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
                 try:
                     value = ast.literal_eval(node.value)
@@ -151,9 +170,15 @@ class WheelModules:
 
 def _writes_globals(node: ast.AST) -> bool:
     """`globals()[k] = v` or `globals().update(...)`: names made at run time."""
+
     def is_globals_call(expr: ast.AST) -> bool:
-        return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
-                and expr.func.id in ("globals", "vars") and not expr.args)
+        return (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Name)
+            and expr.func.id in ("globals", "vars")
+            and not expr.args
+        )
+
     if isinstance(node, (ast.Assign, ast.AugAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         return any(isinstance(t, ast.Subscript) and is_globals_call(t.value) for t in targets)
@@ -164,9 +189,12 @@ def _writes_globals(node: ast.AST) -> bool:
 
 def _is_type_checking(test: ast.expr) -> bool:
     """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:` (false at run time)."""
-    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-                and isinstance(test.value, ast.Name) and test.value.id == "typing"))
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute)
+        and test.attr == "TYPE_CHECKING"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == "typing"
+    )
 
 
 class _Binder:
@@ -236,7 +264,7 @@ class _Binder:
         source = node.module or ""
         if node.level:
             base = self.package.split(".")
-            base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
             source = ".".join(base + ([node.module] if node.module else []))
         for alias in node.names:
             if alias.name != "*":

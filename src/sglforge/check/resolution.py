@@ -34,16 +34,18 @@ def providers(stack: Stack) -> dict[str, list[Provider]]:
     found: dict[str, list[Provider]] = {}
     for wheel in stack.wheels:
         found.setdefault(wheel.name, []).append(
-            Provider(wheel.name, wheel.version, f"{stack.wheels_dir.name}/{wheel.file.name}",
-                     wheel))
+            Provider(wheel.name, wheel.version, f"{stack.wheels_dir.name}/{wheel.file.name}", wheel)
+        )
     for pin in stack.runtime:
         found.setdefault(pin.name, []).append(
-            Provider(pin.name, pin.version, f"{stack.runtime_lock.name} line {pin.line}"))
+            Provider(pin.name, pin.version, f"{stack.runtime_lock.name} line {pin.line}")
+        )
     return found
 
 
-def active_requirements(wheel: StackWheel, extras: frozenset[str], target: Target,
-                        findings: Findings) -> list[Requirement]:
+def active_requirements(
+    wheel: StackWheel, extras: frozenset[str], target: Target, findings: Findings
+) -> list[Requirement]:
     """The wheel's requirements that apply on the target with these extras requested."""
     active = []
     for text in wheel.requires_dist:
@@ -53,8 +55,9 @@ def active_requirements(wheel: StackWheel, extras: frozenset[str], target: Targe
             findings.error(PART, f"{wheel.label}: unparsable Requires-Dist {text!r}: {exc}")
             continue
         try:
-            if marker_applies(req, [target.marker_environment(extra)
-                                    for extra in ("", *sorted(extras))]):
+            if marker_applies(
+                req, [target.marker_environment(extra) for extra in ("", *sorted(extras))]
+            ):
                 active.append(req)
         except UnevaluableMarker as exc:
             findings.error(PART, f"{wheel.label} ({wheel.file.name}): {exc}")
@@ -81,8 +84,9 @@ def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
             asked = f"{wheel.label}{'[' + ','.join(sorted(extras)) + ']' if extras else ''}"
             if not provs:
                 gaps += 1
-                findings.error(PART, f"{asked} requires {req} — not built, not in "
-                                     f"{stack.runtime_lock.name}")
+                findings.error(
+                    PART, f"{asked} requires {req} — not built, not in {stack.runtime_lock.name}"
+                )
                 continue
             for prov in provs:
                 try:
@@ -91,13 +95,18 @@ def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
                     ok = False
                 if not ok:
                     conflicts += 1
-                    findings.error(PART, f"{asked} requires {req} — {prov.where} has "
-                                         f"{prov.name} {prov.version}")
+                    findings.error(
+                        PART,
+                        f"{asked} requires {req} — {prov.where} has {prov.name} {prov.version}",
+                    )
                 if prov.wheel is not None and req.extras:
                     queue.append((prov.wheel, frozenset(canonical_name(e) for e in req.extras)))
                 elif req.extras and prov.wheel is None:
                     pass  # a locked third-party package: its extras are the resolver's job
     if gaps or conflicts:
-        findings.hint(PART, f"{gaps} missing and {conflicts} conflicting requirement(s): add "
-                            "the missing ones to lockfiles/runtime.lock (regenerate it with "
-                            "its documented command) or build them")
+        findings.hint(
+            PART,
+            f"{gaps} missing and {conflicts} conflicting requirement(s): add "
+            "the missing ones to lockfiles/runtime.lock (regenerate it with "
+            "its documented command) or build them",
+        )

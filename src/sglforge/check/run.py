@@ -50,18 +50,18 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
     projects are) the target is the running Python with no torch, and labels are skipped."""
     findings = Findings()
     toolchain = load_toolchain(project.toolchain) if project.toolchain.is_file() else None
-    python = options.python or (toolchain.python if toolchain else
-                                "{}.{}".format(*sys.version_info[:2]))
-    target = Target(python=python, torch=options.torch or (toolchain.torch if toolchain
-                                                            else None))
-    stack = load_stack(options.wheels_dir or project.wheels_dir,
-                       options.runtime_lock or project.runtime_lock)
+    python = options.python or (
+        toolchain.python if toolchain else "{}.{}".format(*sys.version_info[:2])
+    )
+    target = Target(python=python, torch=options.torch or (toolchain.torch if toolchain else None))
+    stack = load_stack(
+        options.wheels_dir or project.wheels_dir, options.runtime_lock or project.runtime_lock
+    )
     policy = load_policy(options.waivers or project.root / "lockfiles" / WAIVERS)
     check_resolution(stack, target, findings)
     if options.runtime_lock is None:
         check_runtime_lock_fresh(project, stack, target, findings)
-    check_api(stack, list(policy.waivers), findings, options.kernel_modules,
-              aliases=policy.aliases)
+    check_api(stack, list(policy.waivers), findings, options.kernel_modules, aliases=policy.aliases)
     if toolchain is not None and project.recipes_dir.is_dir():
         lock = parse_lockfile(project.lockfile)
         recipes = load_recipes(project.recipes_dir, lock, toolchain)
@@ -73,8 +73,7 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
     return CheckResult(findings, target, [w.file.name for w in stack.wheels])
 
 
-def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: ANN001
-                             findings: Findings) -> None:
+def check_runtime_lock_fresh(project: Project, stack, target: Target, findings: Findings) -> None:
     """runtime.lock must be what `lock-runtime` makes of runtime.in today (error), and
     runtime.in's generated part what the built wheels' metadata derives (hint: resolution
     above already fails on anything the lock lacks). Projects without runtime.in keep a
@@ -91,9 +90,13 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: A
     if built:
         metadata = [runtime.read_metadata(w.file) for w in built]
         try:
-            drift = runtime.runtime_input_is_stale(source, metadata, {w.name for w in built},
-                                                   target.python, target.torch and
-                                                   target.torch.split("+", 1)[0])
+            drift = runtime.runtime_input_is_stale(
+                source,
+                metadata,
+                {w.name for w in built},
+                target.python,
+                target.torch and target.torch.split("+", 1)[0],
+            )
         except SglforgeError as exc:  # a requirement lock-runtime cannot use
             findings.error("resolution", f"cannot derive {source.name}: {exc}")
             return
@@ -103,14 +106,24 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target,  # noqa: A
 
 def render(result: CheckResult) -> str:
     target = result.target
-    lines = [(f"stack check: {len(result.wheels)} wheel(s) for CPython {target.python} "
-             f"{target.machine}, torch {target.torch or '(none)'}")]
-    for severity, title in (("error", "ERROR"), ("waived", "waived"), ("hint", "hint"),
-                            ("info", "info")):
+    lines = [
+        (
+            f"stack check: {len(result.wheels)} wheel(s) for CPython {target.python} "
+            f"{target.machine}, torch {target.torch or '(none)'}"
+        )
+    ]
+    for severity, title in (
+        ("error", "ERROR"),
+        ("waived", "waived"),
+        ("hint", "hint"),
+        ("info", "info"),
+    ):
         for finding in result.findings.of(severity):
             lines.append(f"  {title:<6} {finding.check:<10} {finding.message}")
     counts = {p: sum(1 for f in result.findings.errors if f.check == p) for p in PARTS}
     status = "ok" if result.ok else "FAILED"
-    lines.append(f"check: {status} — " + ", ".join(f"{p} {n} error(s)" if n else f"{p} ok"
-                                                    for p, n in counts.items()))
+    lines.append(
+        f"check: {status} — "
+        + ", ".join(f"{p} {n} error(s)" if n else f"{p} ok" for p, n in counts.items())
+    )
     return "\n".join(lines)

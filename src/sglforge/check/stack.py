@@ -57,26 +57,36 @@ def read_wheel(path: Path, recipe: str | None = None) -> StackWheel:
     except (zipfile.BadZipFile, OSError) as exc:
         raise SglforgeError(f"{path}: not a readable wheel: {exc}") from None
     headers = metadata_headers(path)
-    built_by_us = any(m.count("/") == 1 and m.endswith(f".dist-info/{PROVENANCE_FILE}")
-                      for m in members)
+    built_by_us = any(
+        m.count("/") == 1 and m.endswith(f".dist-info/{PROVENANCE_FILE}") for m in members
+    )
     provenance = read_provenance(path) if built_by_us else None
     meta_name = headers.get("Name")
     if meta_name is None or canonical_name(meta_name) != canonical_name(str(name)):
-        raise SglforgeError(f"{path.name}: METADATA Name {meta_name!r} does not match the "
-                            "file name")
+        raise SglforgeError(
+            f"{path.name}: METADATA Name {meta_name!r} does not match the file name"
+        )
     return StackWheel(
-        file=path, name=canonical_name(str(name)), version=headers.get("Version", str(version)),
-        recipe=recipe, requires_dist=tuple(headers.get_all("Requires-Dist") or ()),
+        file=path,
+        name=canonical_name(str(name)),
+        version=headers.get("Version", str(version)),
+        recipe=recipe,
+        requires_dist=tuple(headers.get_all("Requires-Dist") or ()),
         requires_python=headers.get("Requires-Python"),
-        tags=frozenset(str(t) for t in tags), members=members, provenance=provenance)
+        tags=frozenset(str(t) for t in tags),
+        members=members,
+        provenance=provenance,
+    )
 
 
 def load_stack(wheels_dir: Path, runtime_lock: Path) -> Stack:
     """The wheels listed in `wheels_dir/manifest.json` (each must exist) plus runtime.lock."""
     manifest = wheels_dir / MANIFEST
     if not manifest.is_file():
-        raise SglforgeError(f"{manifest}: no manifest: nothing to check",
-                            hint="build first (nox -s build) or pass --wheels DIR")
+        raise SglforgeError(
+            f"{manifest}: no manifest: nothing to check",
+            hint="build first (nox -s build) or pass --wheels DIR",
+        )
     entries = load_manifest(manifest)
     missing = [e["file"] for e in entries if not (wheels_dir / e["file"]).is_file()]
     if missing:

@@ -31,10 +31,16 @@ class Target:
 
     def supported_tags(self) -> frozenset[str]:
         """Wheel tags pip would accept on the serving interpreter."""
-        platforms = [f"manylinux_{self.glibc[0]}_{minor}_{self.machine}"
-                     for minor in range(self.glibc[1], 16, -1)]
-        platforms += [f"manylinux2014_{self.machine}", f"manylinux2010_{self.machine}",
-                      f"manylinux1_{self.machine}", f"linux_{self.machine}"]
+        platforms = [
+            f"manylinux_{self.glibc[0]}_{minor}_{self.machine}"
+            for minor in range(self.glibc[1], 16, -1)
+        ]
+        platforms += [
+            f"manylinux2014_{self.machine}",
+            f"manylinux2010_{self.machine}",
+            f"manylinux1_{self.machine}",
+            f"linux_{self.machine}",
+        ]
         version = self.python_tuple
         abi = f"cp{version[0]}{version[1]}"
         found = list(tags.cpython_tags(version, abis=[abi], platforms=platforms))

@@ -81,22 +81,42 @@ def load_policy(path: Path) -> ApiPolicy:
             if not isinstance(entry, dict):
                 problems.add(f"{table} #{index + 1}: must be a table")
                 continue
-            reader = TableReader(entry, problems, f"{table} #{index + 1}",
-                                 locate=lambda key, s=start: key_line(text, s, key))
+            reader = TableReader(
+                entry,
+                problems,
+                f"{table} #{index + 1}",
+                locate=lambda key, s=start: key_line(text, s, key),
+            )
             if table == "waiver":
-                name = reader.str("name", required=True, pattern=DOTTED.pattern,
-                                  describe="a dotted name like deep_gemm.fp8_mega_moe")
+                name = reader.str(
+                    "name",
+                    required=True,
+                    pattern=DOTTED.pattern,
+                    describe="a dotted name like deep_gemm.fp8_mega_moe",
+                )
                 files = reader.str_list("files") or []
             else:
-                module = reader.str("module", required=True, pattern=DOTTED.pattern,
-                                    describe="a module name like nixl")
-                provider = reader.str("provider", required=True, pattern=DOTTED.pattern,
-                                      describe="a module name like nixl_cu13")
+                module = reader.str(
+                    "module",
+                    required=True,
+                    pattern=DOTTED.pattern,
+                    describe="a module name like nixl",
+                )
+                provider = reader.str(
+                    "provider",
+                    required=True,
+                    pattern=DOTTED.pattern,
+                    describe="a module name like nixl_cu13",
+                )
             reason = reader.str("reason", required=True)
             reader.finish()
             if reason is not None and not reason.strip():
-                reader.error("reason", "must say why the target never reaches this name"
-                             if table == "waiver" else "must say why the module is an alias")
+                reader.error(
+                    "reason",
+                    "must say why the target never reaches this name"
+                    if table == "waiver"
+                    else "must say why the module is an alias",
+                )
                 continue
             if not reason:
                 continue

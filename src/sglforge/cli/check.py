@@ -8,18 +8,44 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "check", help="offline stack check: requirements resolve, SGLang's kernel API names "
-                      "exist, labels match pins, Python/torch ABI")
-    p.add_argument("--wheels", type=Path, default=None, metavar="DIR",
-                   help="wheel directory with manifest.json (default: wheels/)")
-    p.add_argument("--runtime-lock", type=Path, default=None, metavar="FILE",
-                   help="third-party pins (default: lockfiles/runtime.lock)")
-    p.add_argument("--waivers", type=Path, default=None, metavar="FILE",
-                   help="API waivers (default: lockfiles/api-waivers.toml)")
-    p.add_argument("--python", default=None, metavar="X.Y", type=_major_minor,
-                   help="serving Python (default: python in lockfiles/toolchain.toml)")
-    p.add_argument("--torch", default=None, metavar="VERSION",
-                   help="serving torch (default: torch in lockfiles/toolchain.toml)")
+        "check",
+        help="offline stack check: requirements resolve, SGLang's kernel API names "
+        "exist, labels match pins, Python/torch ABI",
+    )
+    p.add_argument(
+        "--wheels",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="wheel directory with manifest.json (default: wheels/)",
+    )
+    p.add_argument(
+        "--runtime-lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="third-party pins (default: lockfiles/runtime.lock)",
+    )
+    p.add_argument(
+        "--waivers",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="API waivers (default: lockfiles/api-waivers.toml)",
+    )
+    p.add_argument(
+        "--python",
+        default=None,
+        metavar="X.Y",
+        type=_major_minor,
+        help="serving Python (default: python in lockfiles/toolchain.toml)",
+    )
+    p.add_argument(
+        "--torch",
+        default=None,
+        metavar="VERSION",
+        help="serving torch (default: torch in lockfiles/toolchain.toml)",
+    )
     p.set_defaults(func=run_check_verb)
 
 
@@ -45,8 +71,11 @@ def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
         key = cache.inputs_digest(project)
         hit = cache.lookup(reuse, key)
         if hit is not None:
-            print(hit[1] + "\n(stack check: inputs unchanged since the last check; its "
-                  "result reused)", flush=True)
+            print(
+                hit[1] + "\n(stack check: inputs unchanged since the last check; its "
+                "result reused)",
+                flush=True,
+            )
             return 0 if hit[0] else 1
     result = run_check(project, CheckOptions(**options))
     report = render(result)
@@ -59,5 +88,11 @@ def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
 
 
 def run_check_verb(args: argparse.Namespace, ctx) -> int:
-    return check_or_fail(ctx.project, wheels_dir=args.wheels, runtime_lock=args.runtime_lock,
-                         waivers=args.waivers, python=args.python, torch=args.torch)
+    return check_or_fail(
+        ctx.project,
+        wheels_dir=args.wheels,
+        runtime_lock=args.runtime_lock,
+        waivers=args.waivers,
+        python=args.python,
+        torch=args.torch,
+    )

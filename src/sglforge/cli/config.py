@@ -11,9 +11,11 @@ from sglforge.inputs.settings import default_config_path, describe_settings
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "config", help="print the effective settings and their origins",
+        "config",
+        help="print the effective settings and their origins",
         description="Print the effective settings (defaults < config file < SGLFORGE_* "
-                    "environment < CLI options), each with where its value came from.")
+        "environment < CLI options), each with where its value came from.",
+    )
     p.set_defaults(func=run)
 
 

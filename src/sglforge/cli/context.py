@@ -35,5 +35,6 @@ class Context:
             compiler_cache={  # the build verb's options (verify has none: it uses no cache)
                 "kind": getattr(self.args, "compiler_cache", None),
                 "remote": getattr(self.args, "compiler_cache_remote", None),
-                "read_only": getattr(self.args, "compiler_cache_read_only", None)},
+                "read_only": getattr(self.args, "compiler_cache_read_only", None),
+            },
         )

@@ -32,20 +32,21 @@ from sglforge.cli import (  # verbs
     patches,
     preflight,
     publish,
+    receipt,  # verbs `receipt`, `reference` (issue 24)
     smoke,
     sources,
 )
-from sglforge.cli import receipt  # verbs `receipt`, `reference` (issue 24)
 from sglforge.cli.context import Context
 
 # Modules that contribute verbs, in help order.
-VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt,
-                preflight)
+VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt, preflight)
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
-DESCRIPTION = ("Fetch pinned upstreams, apply their patch series, build reproducible CUDA 13 "
-               "wheels, check them as a set and smoke-test them (README.md).")
+DESCRIPTION = (
+    "Fetch pinned upstreams, apply their patch series, build reproducible CUDA 13 "
+    "wheels, check them as a set and smoke-test them (README.md)."
+)
 VALUE_OPTIONS = ("--project", "--config", "--cache-dir", "--build-root", "--mirror")
 
 
@@ -82,31 +83,63 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after_verb: bool) ->
         prefix, default, mirrors = AFTER_VERB, argparse.SUPPRESS, argparse.SUPPRESS
     else:
         target, prefix, default, mirrors = parser, "", None, []
-    target.add_argument("--project", type=Path, default=default, dest=prefix + "project",
-                        metavar="DIR",
-                        help="project root (default: nearest dir with lockfiles/upstreams.toml)")
-    target.add_argument("--config", type=Path, default=default, dest=prefix + "config",
-                        metavar="FILE",
-                        help="user config file (default: $SGLFORGE_CONFIG or "
-                             "~/.config/sglforge/config.toml)")
-    target.add_argument("--cache-dir", type=Path, default=default, dest=prefix + "cache_dir",
-                        metavar="DIR",
-                        help="source cache directory")
-    target.add_argument("--build-root", type=Path, default=default, dest=prefix + "build_root",
-                        metavar="DIR",
-                        help="fixed absolute build root (default /tmp/sglforge-build)")
-    target.add_argument("--mirror", action="append", default=mirrors, dest=prefix + "mirror",
-                        metavar="UPSTREAM=MIRROR",
-                        help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)")
-    target.add_argument("-q", "--quiet", action="store_true",
-                        default=argparse.SUPPRESS if after_verb else False,
-                        dest=prefix + "quiet",
-                        help="print only warnings and errors (sglforge's progress lines on "
-                             "stdout are dropped; what the tools it runs print is not)")
-    target.add_argument("-v", "--verbose", action="store_true",
-                        default=argparse.SUPPRESS if after_verb else False,
-                        dest=prefix + "verbose",
-                        help="on an error, print the traceback too (for a bug report)")
+    target.add_argument(
+        "--project",
+        type=Path,
+        default=default,
+        dest=prefix + "project",
+        metavar="DIR",
+        help="project root (default: nearest dir with lockfiles/upstreams.toml)",
+    )
+    target.add_argument(
+        "--config",
+        type=Path,
+        default=default,
+        dest=prefix + "config",
+        metavar="FILE",
+        help="user config file (default: $SGLFORGE_CONFIG or ~/.config/sglforge/config.toml)",
+    )
+    target.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=default,
+        dest=prefix + "cache_dir",
+        metavar="DIR",
+        help="source cache directory",
+    )
+    target.add_argument(
+        "--build-root",
+        type=Path,
+        default=default,
+        dest=prefix + "build_root",
+        metavar="DIR",
+        help="fixed absolute build root (default /tmp/sglforge-build)",
+    )
+    target.add_argument(
+        "--mirror",
+        action="append",
+        default=mirrors,
+        dest=prefix + "mirror",
+        metavar="UPSTREAM=MIRROR",
+        help="fetch URLs starting with UPSTREAM from MIRROR instead (repeatable)",
+    )
+    target.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS if after_verb else False,
+        dest=prefix + "quiet",
+        help="print only warnings and errors (sglforge's progress lines on "
+        "stdout are dropped; what the tools it runs print is not)",
+    )
+    target.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS if after_verb else False,
+        dest=prefix + "verbose",
+        help="on an error, print the traceback too (for a bug report)",
+    )
 
 
 def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
@@ -114,7 +147,7 @@ def _merge_after_verb(args: argparse.Namespace) -> argparse.Namespace:
     for key in [k for k in vars(args) if k.startswith(AFTER_VERB)]:
         value = getattr(args, key)
         delattr(args, key)
-        name = key[len(AFTER_VERB):]
+        name = key[len(AFTER_VERB) :]
         if name == "mirror":
             args.mirror = [*args.mirror, *value]
         elif name in ("quiet", "verbose"):
@@ -128,8 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sglforge", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"sglforge {__version__}")
     _add_global_options(parser, after_verb=False)
-    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
-                                       parser_class=VerbParser)
+    subparsers = parser.add_subparsers(
+        dest="verb", metavar="VERB", required=True, parser_class=VerbParser
+    )
     for module in VERB_MODULES:
         module.register(subparsers)
     for verb_parser in subparsers.choices.values():
@@ -156,8 +190,7 @@ def _check_verb(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 GLOBAL_OPTIONS = ("project", "config", "cache_dir", "build_root", "mirror")
 
 
-def parse_verb_args(argv: list[str], outer: argparse.Namespace | None = None
-                    ) -> argparse.Namespace:
+def parse_verb_args(argv: list[str], outer: argparse.Namespace | None = None) -> argparse.Namespace:
     """`argv` (VERB and its arguments) parsed exactly as `sglforge VERB …` parses it (usage
     errors exit 2 with VERB's usage); global options from `outer` fill what argv leaves out
     (--mirror adds up)."""
@@ -171,7 +204,7 @@ def parse_verb_args(argv: list[str], outer: argparse.Namespace | None = None
 
 
 @contextlib.contextmanager
-def _quiet(enabled: bool):  # noqa: ANN202
+def _quiet(enabled: bool):
     if not enabled:
         yield
         return
@@ -198,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         # Everything the verb started has been stopped by now (procgroup.py); one line.
         code, name = interrupt_exit(exc)
         teardown = getattr(exc, "sglforge_teardown", None)
-        detail = (f"; stopped its processes ({teardown.how}, {teardown.seconds:.1f}s)"
-                  if teardown is not None else "")
+        detail = (
+            f"; stopped its processes ({teardown.how}, {teardown.seconds:.1f}s)"
+            if teardown is not None
+            else ""
+        )
         if teardown is not None and teardown.survivors:
             detail += f"; still running: pids {teardown.survivors}"
         print(f"sglforge {args.verb}: interrupted by {name}{detail}", file=sys.stderr)

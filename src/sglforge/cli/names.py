@@ -14,8 +14,13 @@ from pathlib import Path
 from sglforge.base.errors import SglforgeError
 
 
-def check_names(given: Iterable[str], known: Iterable[str], kind: str, where: object,
-                main: Iterable[str] | None = None) -> None:
+def check_names(
+    given: Iterable[str],
+    known: Iterable[str],
+    kind: str,
+    where: object,
+    main: Iterable[str] | None = None,
+) -> None:
     """Raise one SglforgeError naming every unknown name, each with its close matches.
 
     `main` (default: all of `known`) are the names worth listing, and suggesting after the
@@ -33,14 +38,18 @@ def check_names(given: Iterable[str], known: Iterable[str], kind: str, where: ob
         close = close[:1] + [c for c in close[1:] if c in main]
         guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         lines.append(f"unknown {kind} {name!r} (not in {where}){guess}")
-    raise SglforgeError("\n".join(lines),
-                        hint=f"{kind}s: {', '.join(main) if main else '(none)'}")
+    raise SglforgeError("\n".join(lines), hint=f"{kind}s: {', '.join(main) if main else '(none)'}")
 
 
 def check_upstreams(names: Iterable[str], lock) -> None:
     """Every name must be a source in the lockfile (upstreams are listed and suggested)."""
-    check_names(names, (pin.name for pin in lock.pins), "upstream", _rel(lock.path),
-                main=(pin.name for pin in lock.upstreams()))
+    check_names(
+        names,
+        (pin.name for pin in lock.pins),
+        "upstream",
+        _rel(lock.path),
+        main=(pin.name for pin in lock.upstreams()),
+    )
 
 
 def check_recipes(names: Iterable[str], recipes_dir: Path) -> None:
@@ -68,7 +77,7 @@ class Selection:
     skipped: tuple[str, ...] = ()  # opt-in recipes a build naming none leaves out
 
 
-def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
+def select_recipes(project, names: list[str]) -> Selection:
     """The recipes named (all but the opt-in ones when none) plus their dependencies,
     validated (lockfile, toolchain, every recipe)."""
     from sglforge.inputs.pins import parse_lockfile
@@ -79,11 +88,14 @@ def select_recipes(project, names: list[str]) -> Selection:  # noqa: ANN001
     lock = parse_lockfile(project.lockfile)
     recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
     chosen = select(recipes, names)
-    torch = any(recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires
-                for n in chosen)
-    return Selection(recipes=tuple(chosen),
-                     upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
-                     needs_torch=torch, device_code=any(recipes[n].cuda_archs for n in chosen),
-                     host_requires={n: recipes[n].host_requires for n in chosen
-                                    if recipes[n].host_requires},
-                     skipped=() if names else tuple(r.name for r in left_out(recipes, chosen)))
+    torch = any(
+        recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires for n in chosen
+    )
+    return Selection(
+        recipes=tuple(chosen),
+        upstreams=tuple(sorted({recipes[n].upstream for n in chosen})),
+        needs_torch=torch,
+        device_code=any(recipes[n].cuda_archs for n in chosen),
+        host_requires={n: recipes[n].host_requires for n in chosen if recipes[n].host_requires},
+        skipped=() if names else tuple(r.name for r in left_out(recipes, chosen)),
+    )

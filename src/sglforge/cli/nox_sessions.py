@@ -80,8 +80,9 @@ def run_sglforge(session: Any, argv: Sequence[str], env: dict[str, str] | None =
             sent.append(signum)
             child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP,
-                                                         signal.SIGINT)}
+    previous = {
+        s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    }
     try:
         code = child.wait()
     finally:
@@ -97,7 +98,7 @@ def _label(argv: Sequence[str]) -> str:
     """`sglforge build` for `.../python -m sglforge build --jobs 4`."""
     words = [Path(argv[0]).name, *argv[1:]]
     if "sglforge" in words:
-        words = words[words.index("sglforge"):]
+        words = words[words.index("sglforge") :]
     return " ".join(words[:2])
 
 
@@ -140,15 +141,23 @@ def wants_help(posargs: Sequence[str]) -> bool:
     return any(a in HELP for a in posargs)
 
 
-def preflight(session: Any, root: Path, verb: str, posargs: Sequence[str], *,
-              fetch: bool = True) -> bool:
+def preflight(
+    session: Any, root: Path, verb: str, posargs: Sequence[str], *, fetch: bool = True
+) -> bool:
     """`sglforge preflight VERB ARGS` with nox's interpreter (seconds, nothing installed).
     False: ARGS asked for help, which was shown instead (the session has nothing to do)."""
     if wants_help(posargs):
         run_sglforge(session, [sys.executable, "-m", "sglforge", verb, "--help"], src_env(root))
         return False
-    argv = [sys.executable, "-m", "sglforge", "preflight", *([] if fetch else ["--no-fetch"]),
-            verb, *posargs]
+    argv = [
+        sys.executable,
+        "-m",
+        "sglforge",
+        "preflight",
+        *([] if fetch else ["--no-fetch"]),
+        verb,
+        *posargs,
+    ]
     run_sglforge(session, argv, src_env(root))
     return True
 
@@ -156,21 +165,27 @@ def preflight(session: Any, root: Path, verb: str, posargs: Sequence[str], *,
 def install_missing(session: Any, requirement: str, module: str) -> None:
     """`session.install(requirement)` unless the session's venv already satisfies it (a
     reused venv: no pip run, so no index needed on the second run)."""
-    probe = ("import importlib.metadata as m, sys\n"
-             "try:\n    from packaging.requirements import Requirement\n"
-             "except ImportError:\n"
-             "    try:\n        from pip._vendor.packaging.requirements import Requirement\n"
-             "    except ImportError:\n        Requirement = None\n"
-             f"spec = {requirement!r}\n"
-             "if Requirement is None:\n"
-             f"    __import__({module!r}); sys.exit(0)\n"
-             "r = Requirement(spec)\n"
-             "if r.marker is not None and not r.marker.evaluate(): sys.exit(0)\n"
-             "sys.exit(0 if r.specifier.contains(m.version(r.name), prereleases=True) else 1)\n")
+    probe = (
+        "import importlib.metadata as m, sys\n"
+        "try:\n    from packaging.requirements import Requirement\n"
+        "except ImportError:\n"
+        "    try:\n        from pip._vendor.packaging.requirements import Requirement\n"
+        "    except ImportError:\n        Requirement = None\n"
+        f"spec = {requirement!r}\n"
+        "if Requirement is None:\n"
+        f"    __import__({module!r}); sys.exit(0)\n"
+        "r = Requirement(spec)\n"
+        "if r.marker is not None and not r.marker.evaluate(): sys.exit(0)\n"
+        "sys.exit(0 if r.specifier.contains(m.version(r.name), prereleases=True) else 1)\n"
+    )
     python = os.path.join(session.bin, "python")
     try:
-        ok = subprocess.run([python, "-c", probe], capture_output=True, check=False,
-                            timeout=60).returncode == 0
+        ok = (
+            subprocess.run(
+                [python, "-c", probe], capture_output=True, check=False, timeout=60
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     if ok:
@@ -219,12 +234,18 @@ def stale_toolchain_venvs(root: Path, keep: Path) -> list[Path]:
     nox_dir = root / ".nox"
     if not nox_dir.is_dir():
         return []
-    return sorted(p for p in nox_dir.iterdir() if p != keep and p.is_dir() and (
-        p.name.startswith("toolchain-") or p.name in OLD_TOOLCHAIN_VENVS))
+    return sorted(
+        p
+        for p in nox_dir.iterdir()
+        if p != keep
+        and p.is_dir()
+        and (p.name.startswith("toolchain-") or p.name in OLD_TOOLCHAIN_VENVS)
+    )
 
 
-def prepare_toolchain(session: Any, root: Path, verb: str, posargs: Sequence[str], *,
-                      fetch: bool = True) -> str | None:
+def prepare_toolchain(
+    session: Any, root: Path, verb: str, posargs: Sequence[str], *, fetch: bool = True
+) -> str | None:
     """Fail fast, then install. Order: the toolchain Python, VERB's arguments, settings, inputs
     and host facts (`sglforge preflight`; with fetch, the selected sources fetched and checked
     with the same options), then the shared venv with sglforge and
@@ -247,8 +268,9 @@ def prepare_toolchain(session: Any, root: Path, verb: str, posargs: Sequence[str
     return install_toolchain(session, root, python, torch, lock, toolchain)
 
 
-def install_toolchain(session: Any, root: Path, python: str, torch: bool, lock: Any = None,
-                      toolchain: Any = None) -> str:
+def install_toolchain(
+    session: Any, root: Path, python: str, torch: bool, lock: Any = None, toolchain: Any = None
+) -> str:
     """The shared toolchain venv with sglforge and lockfiles/toolchain.lock (torch sections
     only when `torch`); returns its python."""
     from sglforge.builder import toolchain_lock
@@ -262,8 +284,12 @@ def install_toolchain(session: Any, root: Path, python: str, torch: bool, lock: 
     pins = dict(toolchain.build_requires, **({"torch": toolchain.torch} if torch else {}))
     problems = toolchain_lock.check_against_pins(lock, pins)
     if problems:
-        exit_with(session, 2, "error: lockfiles/toolchain.lock does not match toolchain.toml:"
-                  "\n  " + "\n  ".join(problems))
+        exit_with(
+            session,
+            2,
+            "error: lockfiles/toolchain.lock does not match toolchain.toml:"
+            "\n  " + "\n  ".join(problems),
+        )
     venv = toolchain_venv(root)
     for old in stale_toolchain_venvs(root, venv):
         session.log(f"removing {old} (a toolchain venv of another toolchain.lock)")
@@ -275,16 +301,25 @@ def install_toolchain(session: Any, root: Path, python: str, torch: bool, lock: 
         session.run(python, "-m", "venv", "--clear", str(venv), external=True)
     try:
         commands = toolchain_lock.install_commands(
-            str(venv_python), lock, torch, toolchain.index, toolchain.torch_index,
-            Path(session.create_tmp()))
+            str(venv_python),
+            lock,
+            torch,
+            toolchain.index,
+            toolchain.torch_index,
+            Path(session.create_tmp()),
+        )
     except toolchain_lock.LockError as exc:
         exit_with(session, 2, f"error: {exc}")
     session.log(f"installing sglforge into {venv} (shared by build, verify and matrix)")
     session.run(str(venv_python), "-m", "pip", "install", "--quiet", str(root), external=True)
-    size = ("~100 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)" if torch
-            else "~100 MB download, no torch")
-    session.log(f"installing lockfiles/toolchain.lock ({size}; README: what the first run "
-                "downloads)")
+    size = (
+        "~100 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)"
+        if torch
+        else "~100 MB download, no torch"
+    )
+    session.log(
+        f"installing lockfiles/toolchain.lock ({size}; README: what the first run downloads)"
+    )
     env = toolchain_lock.pip_env()
     for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in
         session.run(*command, env=env, include_outer_env=False, external=True)
@@ -295,9 +330,15 @@ def demo(session: Any, root: Path) -> None:
     """`nox -s demo`: the toolchain Python, the shared toolchain venv without torch (the
     hash-pinned build tools, ~100 MB the first time), then `python -m demo` in it."""
     if wants_help(session.posargs):
-        run_sglforge(session, [sys.executable, "-m", "demo", "--help"],
-                     {"PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])})
+        run_sglforge(
+            session,
+            [sys.executable, "-m", "demo", "--help"],
+            {"PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])},
+        )
         return
     python = install_toolchain(session, root, toolchain_python(session, root), torch=False)
-    run_sglforge(session, [python, "-m", "demo", *session.posargs],
-                 {"PYTHONPATH": str(root), **audit_tools_env()})
+    run_sglforge(
+        session,
+        [python, "-m", "demo", *session.posargs],
+        {"PYTHONPATH": str(root), **audit_tools_env()},
+    )

@@ -21,7 +21,7 @@ from sglforge.cli.context import Context
 from sglforge.cli.names import Selection, select_recipes
 
 
-def _check_host(project, selection: Selection, libraries: bool = True) -> None:  # noqa: ANN001
+def _check_host(project, selection: Selection, libraries: bool = True) -> None:
     """The CUDA toolkit is the pinned release; the system libraries recipes name are there."""
     from sglforge.builder import hostdeps
     from sglforge.inputs.toolchain import find_cuda, load_toolchain
@@ -39,21 +39,33 @@ def _check_host(project, selection: Selection, libraries: bool = True) -> None: 
                 "the arch audit needs cuobjdump (CUDA toolkit bin/, PATH), none found: every "
                 "recipe with cuda-archs is audited for its SASS after it compiles",
                 hint="install the CUDA toolkit's cuobjdump (cuda-cuobjdump-13-0) or put one on "
-                     "PATH (PyPI: nvidia-cuda-cuobjdump)")
+                "PATH (PyPI: nvidia-cuda-cuobjdump)",
+            )
     if libraries:
         hostdeps.check(selection.host_requires)
 
 
-def _fetch(selection: Selection, ctx) -> None:  # noqa: ANN001
+def _fetch(selection: Selection, ctx) -> None:
     from sglforge.cli.sources import run_fetch
 
-    print(f"preflight: fetching and checking sources first: {', '.join(selection.upstreams)}",
-          flush=True)
-    run_fetch(argparse.Namespace(names=list(selection.upstreams), offline=False, bundle=None,
-                                 from_bundle=None, no_export=False, depth=None), ctx)
+    print(
+        f"preflight: fetching and checking sources first: {', '.join(selection.upstreams)}",
+        flush=True,
+    )
+    run_fetch(
+        argparse.Namespace(
+            names=list(selection.upstreams),
+            offline=False,
+            bundle=None,
+            from_bundle=None,
+            no_export=False,
+            depth=None,
+        ),
+        ctx,
+    )
 
 
-def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
+def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:
     from sglforge.cli.build import check_compiler_cache
 
     project = ctx.project
@@ -83,14 +95,18 @@ def _check_sandbox(args: argparse.Namespace) -> str:
     return f"sandbox bubblewrap {sandbox.find().version}"
 
 
-def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
+def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:
     project = ctx.project
     reference = project.wheels_lock if args.from_lock else project.wheels_dir / "manifest.json"
     if not reference.is_file():
-        how = ("lockfiles/wheels.lock is written by `nox -s build`" if args.from_lock
-               else "run `nox -s build` first")
-        raise SglforgeError(f"{reference} does not exist: nothing to verify ({how}); nothing "
-                            "was installed")
+        how = (
+            "lockfiles/wheels.lock is written by `nox -s build`"
+            if args.from_lock
+            else "run `nox -s build` first"
+        )
+        raise SglforgeError(
+            f"{reference} does not exist: nothing to verify ({how}); nothing was installed"
+        )
     selection = select_recipes(project, args.names)
     ctx.settings  # noqa: B018  (the config is valid)
     _check_host(project, selection)
@@ -100,7 +116,7 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001
     return f"recipes {', '.join(selection.recipes)}; {sandbox}"
 
 
-def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
+def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:
     if not args.matrix:
         return "plan"
     selection = select_recipes(ctx.project, [])
@@ -109,39 +125,57 @@ def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, A
     return "plan --matrix"
 
 
-def _patches(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
+def _patches(args: argparse.Namespace, ctx, fetch: bool) -> str:
     if args.action != "lint":  # lint reads no settings
         ctx.settings  # noqa: B018  (config file and environment are valid)
     return f"patches {args.action}"
 
 
-def _arguments_only(args: argparse.Namespace, ctx, fetch: bool) -> str:  # noqa: ANN001, ARG001
+def _arguments_only(args: argparse.Namespace, ctx, fetch: bool) -> str:
     return args.verb  # parsed: the verb reads no settings, so a config problem is not its own
 
 
 # The verbs whose nox session installs something before running them.
 CHECKS: dict[str, Callable[[argparse.Namespace, object, bool], str]] = {
-    "build": _build, "verify": _verify, "plan": _plan,
-    "patches": _patches, "check": _arguments_only, "lock-runtime": _arguments_only,
+    "build": _build,
+    "verify": _verify,
+    "plan": _plan,
+    "patches": _patches,
+    "check": _arguments_only,
+    "lock-runtime": _arguments_only,
 }
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "preflight", help="check a verb's arguments, config and host before installing anything",
-        description=__doc__.split("\n\n")[1].replace("\n", " "))
-    p.add_argument("--no-fetch", action="store_true",
-                   help="check only; do not fetch the selected recipes' sources")
-    p.add_argument("target", choices=sorted(CHECKS), metavar="VERB",
-                   help=f"the verb to check: {', '.join(sorted(CHECKS))}")
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="ARGS",
-                   help="VERB's arguments, exactly as they will be given to it")
+        "preflight",
+        help="check a verb's arguments, config and host before installing anything",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument(
+        "--no-fetch",
+        action="store_true",
+        help="check only; do not fetch the selected recipes' sources",
+    )
+    p.add_argument(
+        "target",
+        choices=sorted(CHECKS),
+        metavar="VERB",
+        help=f"the verb to check: {', '.join(sorted(CHECKS))}",
+    )
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="VERB's arguments, exactly as they will be given to it",
+    )
     p.set_defaults(func=run_preflight)
 
 
-def run_preflight(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+def run_preflight(args: argparse.Namespace, ctx) -> int:
     inner = ctx.parse_verb_args([args.target, *args.rest], outer=args)
-    what = CHECKS[args.target](inner, Context(inner, ctx.secret_env, ctx.parse_verb_args),
-                               not args.no_fetch)
+    what = CHECKS[args.target](
+        inner, Context(inner, ctx.secret_env, ctx.parse_verb_args), not args.no_fetch
+    )
     print(f"preflight: sglforge {args.target}: arguments, settings and inputs are valid ({what})")
     return 0

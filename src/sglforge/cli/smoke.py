@@ -11,80 +11,146 @@ DEFAULT_PROFILE = "dsv4-flash-pd"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=DEFAULT_PROFILE,
-                   help="profile name in profiles/ or a path to a .toml "
-                        f"(default {DEFAULT_PROFILE})")
-    p.add_argument("--model", default=None,
-                   help="model path (overrides the profile's model); 'tiny' generates a small "
-                        "random-weight Llama into the run directory")
-    p.add_argument("--python", type=Path, default=None, metavar="PATH",
-                   help="run against the existing environment of this interpreter: install "
-                        "nothing, ignore wheels/, record its installed versions, check it")
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"profile name in profiles/ or a path to a .toml (default {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model path (overrides the profile's model); 'tiny' generates a small "
+        "random-weight Llama into the run directory",
+    )
+    p.add_argument(
+        "--python",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="run against the existing environment of this interpreter: install "
+        "nothing, ignore wheels/, record its installed versions, check it",
+    )
     p.add_argument("--wheels-dir", type=Path, default=None, help="default: <project>/wheels")
-    p.add_argument("--lock", type=Path, default=None,
-                   help="hash-pinned requirements (default: <project>/lockfiles/wheels.lock)")
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="hash-pinned requirements (default: <project>/lockfiles/wheels.lock)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "smoke", help="install the wheels into a fresh venv, launch the PD pair, run checks")
+        "smoke", help="install the wheels into a fresh venv, launch the PD pair, run checks"
+    )
     _common(p)
-    p.add_argument("--out", type=Path, default=None,
-                   help="run directory for venv, logs and report "
-                        "(default: <project>/build/smoke/<profile>)")
-    p.add_argument("--venv", type=Path, default=None,
-                   help="use this existing venv instead of installing a fresh one (without a "
-                        "wheel set in the project: like --python VENV/bin/python)")
-    p.add_argument("--wheelhouse", type=Path, default=None,
-                   help="directory of third-party wheels pinned in the lock (find-links)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="run directory for venv, logs and report (default: <project>/build/smoke/<profile>)",
+    )
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=None,
+        help="use this existing venv instead of installing a fresh one (without a "
+        "wheel set in the project: like --python VENV/bin/python)",
+    )
+    p.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="directory of third-party wheels pinned in the lock (find-links)",
+    )
     p.add_argument("--index-url", default=None, help="index for third-party pins in the lock")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the exact commands and environment; start nothing")
-    p.add_argument("--record-reference", type=Path, default=None, metavar="FILE",
-                   help="write the greedy token ids and top-k logprobs of the profile's "
-                        "prompts, with the model's identity and the stack, to FILE")
-    p.add_argument("--reference", type=Path, default=None, metavar="FILE",
-                   help="compare this run with a recorded reference (top-1 match, top-k "
-                        "overlap, logprob difference; thresholds from the profile)")
-    p.add_argument("--sign-key", type=Path, default=None, metavar="KEY",
-                   help="sign receipt.json with this SSH private key (ssh-keygen -Y sign)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the exact commands and environment; start nothing",
+    )
+    p.add_argument(
+        "--record-reference",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the greedy token ids and top-k logprobs of the profile's "
+        "prompts, with the model's identity and the stack, to FILE",
+    )
+    p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="compare this run with a recorded reference (top-1 match, top-k "
+        "overlap, logprob difference; thresholds from the profile)",
+    )
+    p.add_argument(
+        "--sign-key",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="sign receipt.json with this SSH private key (ssh-keygen -Y sign)",
+    )
     p.set_defaults(func=run_smoke_verb)
 
     p = subparsers.add_parser(
-        "doctor", help="check this host against a smoke profile and the built wheels")
+        "doctor", help="check this host against a smoke profile and the built wheels"
+    )
     _common(p)
-    p.add_argument("--venv", type=Path, default=None,
-                   help="venv whose torch is checked (default: the smoke run's venv if present)")
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=None,
+        help="venv whose torch is checked (default: the smoke run's venv if present)",
+    )
     p.set_defaults(func=run_doctor_verb)
 
     p = subparsers.add_parser(
-        "tiny-model", help="write a small random-weight Llama (config, safetensors, tokenizer "
-                           "trained offline) for a weight-free smoke")
+        "tiny-model",
+        help="write a small random-weight Llama (config, safetensors, tokenizer "
+        "trained offline) for a weight-free smoke",
+    )
     p.add_argument("dir", type=Path, help="output directory")
     p.add_argument("--force", action="store_true", help="overwrite an existing model there")
-    p.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="random seed of the weights (same seed, same files; default 0)")
-    p.add_argument("--heads", type=int, default=2, metavar="N",
-                   help="attention heads (KV heads: half, at least 1); a TP-N server needs a "
-                        "multiple of N (default 2)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="random seed of the weights (same seed, same files; default 0)",
+    )
+    p.add_argument(
+        "--heads",
+        type=int,
+        default=2,
+        metavar="N",
+        help="attention heads (KV heads: half, at least 1); a TP-N server needs a "
+        "multiple of N (default 2)",
+    )
     p.set_defaults(func=run_tiny_model_verb)
 
 
-def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
+def _options(args: argparse.Namespace, ctx):
     from dataclasses import replace
 
     from sglforge.smoke.profile import InstallSpec, load_profile, resolve_profile_path
     from sglforge.smoke.run import SmokeOptions
 
     project = ctx.project
-    profile = load_profile(resolve_profile_path(project.profiles_dir, args.profile),
-                           project.root).with_model(args.model)
+    profile = load_profile(
+        resolve_profile_path(project.profiles_dir, args.profile), project.root
+    ).with_model(args.model)
     wheelhouse = getattr(args, "wheelhouse", None)
     index_url = getattr(args, "index_url", None)
     if wheelhouse or index_url:
-        profile = replace(profile, install=InstallSpec(
-            wheelhouse=wheelhouse.resolve() if wheelhouse else profile.install.wheelhouse,
-            index_url=index_url or profile.install.index_url))
+        profile = replace(
+            profile,
+            install=InstallSpec(
+                wheelhouse=wheelhouse.resolve() if wheelhouse else profile.install.wheelhouse,
+                index_url=index_url or profile.install.index_url,
+            ),
+        )
     from sglforge.base.errors import SglforgeError
 
     out = getattr(args, "out", None)
@@ -94,8 +160,10 @@ def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
         profile = profile.with_model(str(run_dir / "tiny-model"))
     venv = args.venv.resolve() if args.venv else None
     if venv is not None and not (venv / "bin" / "python").exists():
-        raise SglforgeError(f"--venv {venv}: no bin/python there",
-                            hint="run the smoke once without --venv to create it")
+        raise SglforgeError(
+            f"--venv {venv}: no bin/python there",
+            hint="run the smoke once without --venv to create it",
+        )
     wheels_dir = (args.wheels_dir or project.wheels_dir).resolve()
     python = None
     if args.python is not None:
@@ -109,22 +177,28 @@ def _options(args: argparse.Namespace, ctx):  # noqa: ANN001, ANN202
         python = venv / "bin" / "python"  # an existing env, not one the smoke installed
     lock = (args.lock or project.wheels_lock).resolve()
     return SmokeOptions(
-        profile=profile, project_root=project.root, run_dir=run_dir, wheels_dir=wheels_dir,
-        lock=lock, reuse_venv=None if python else venv,
-        existing_python=python, tiny_model=tiny,
+        profile=profile,
+        project_root=project.root,
+        run_dir=run_dir,
+        wheels_dir=wheels_dir,
+        lock=lock,
+        reuse_venv=None if python else venv,
+        existing_python=python,
+        tiny_model=tiny,
         # Qualification (issue 24). With --python the lock is read only when named: it is
         # then the environment's wheel set, bound into the receipt.
         record_reference=_abs(getattr(args, "record_reference", None)),
         reference=_abs(getattr(args, "reference", None)),
         sign_key=_abs(getattr(args, "sign_key", None)),
-        receipt_lock=lock if (args.lock or not python) else None)
+        receipt_lock=lock if (args.lock or not python) else None,
+    )
 
 
 def _abs(path: Path | None) -> Path | None:
     return Path(os.path.abspath(path)) if path is not None else None
 
 
-def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+def run_smoke_verb(args: argparse.Namespace, ctx) -> int:
     from sglforge.smoke.run import dry_run_text, run_smoke
 
     opts = _options(args, ctx)
@@ -134,7 +208,7 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
     return run_smoke(opts)
 
 
-def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
+def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
     from sglforge.base.errors import SglforgeError
     from sglforge.base.findings import blocking
     from sglforge.smoke import doctor
@@ -155,8 +229,10 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         try:
             wheelset = load_wheelset(opts.wheels_dir, opts.lock)
         except SglforgeError as exc:
-            print(f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
-                  file=sys.stderr)
+            print(
+                f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
+                file=sys.stderr,
+            )
             cli_warnings += 1
         python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
     facts = doctor.gather_host_facts(opts.profile, python, env)
@@ -169,12 +245,13 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001
         print(finding.render())
     errors = blocking(findings)
     warnings = cli_warnings + sum(f.level == doctor.WARNING for f in findings)
-    print(f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile "
-          f"{opts.profile.name}")
+    print(
+        f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile {opts.profile.name}"
+    )
     return 1 if errors else 0
 
 
-def run_tiny_model_verb(args: argparse.Namespace, ctx) -> int:  # noqa: ANN001, ARG001
+def run_tiny_model_verb(args: argparse.Namespace, ctx) -> int:
     from sglforge.smoke.tinymodel import write_tiny_model
 
     summary = write_tiny_model(args.dir, seed=args.seed, force=args.force, heads=args.heads)

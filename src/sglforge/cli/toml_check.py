@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-MESSAGE = ("sglforge: needs Python ≥ 3.11 (for tomllib) or `pip install tomli`; "
-           "this is Python {version} and neither can be imported")
+MESSAGE = (
+    "sglforge: needs Python ≥ 3.11 (for tomllib) or `pip install tomli`; "
+    "this is Python {version} and neither can be imported"
+)
 
 
 def toml_module_name() -> str:

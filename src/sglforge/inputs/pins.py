@@ -30,9 +30,11 @@ FULL_SHA = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # `name==version` of a registry sdist: a PEP 508 name and an exact PEP 440 version
-SDIST = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)=="
-                   r"(?P<version>[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?"
-                   r"(?:\.dev[0-9]+)?)")
+SDIST = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)=="
+    r"(?P<version>[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?"
+    r"(?:\.dev[0-9]+)?)"
+)
 EMBED_KEYS = ("path", "url", "claimed-commit", "tree")
 
 
@@ -131,13 +133,19 @@ def _check_commit(reader: TableReader, key: str) -> str | None:
     if FULL_SHA.fullmatch(value):
         return value
     if re.fullmatch(r"[0-9a-fA-F]{4,39}", value):
-        reader.error(key, f"{value!r} is a short SHA ({len(value)} hex digits); "
-                          "pins need the full 40-hex commit id")
+        reader.error(
+            key,
+            f"{value!r} is a short SHA ({len(value)} hex digits); "
+            "pins need the full 40-hex commit id",
+        )
     elif re.fullmatch(r"[0-9A-F]{40}", value, re.IGNORECASE):
         reader.error(key, f"{value!r} must be lowercase hex")
     else:
-        reader.error(key, f"{value!r} looks like a branch or tag name; pins need the full "
-                          "40-hex commit id (put names in 'ref', which is informational)")
+        reader.error(
+            key,
+            f"{value!r} looks like a branch or tag name; pins need the full "
+            "40-hex commit id (put names in 'ref', which is informational)",
+        )
     return None
 
 
@@ -157,14 +165,19 @@ def _embeds(reader: TableReader, value: object) -> tuple[Embed, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        reader.error("embeds", "expected a list of inline tables { path = \"…\", "
-                               "claimed-commit = \"…\" }")
+        reader.error(
+            "embeds", 'expected a list of inline tables { path = "…", claimed-commit = "…" }'
+        )
         return ()
     out: list[Embed] = []
     seen: set[str] = set()
     for index, item in enumerate(value):
-        sub = TableReader(item, reader.problems, f"{reader.where}, embeds[{index}]",
-                          locate=lambda key: reader.locate("embeds"))
+        sub = TableReader(
+            item,
+            reader.problems,
+            f"{reader.where}, embeds[{index}]",
+            locate=lambda key: reader.locate("embeds"),
+        )
         path = _safe_relative_path(sub, "path", sub.str("path", required=True))
         url = sub.str("url")
         claimed = _check_commit(sub, "claimed-commit")
@@ -182,10 +195,8 @@ def _embeds(reader: TableReader, value: object) -> tuple[Embed, ...]:
     return tuple(out)
 
 
-def parse_lockfile(path: Path) -> Lockfile:
-    data, text = load_toml(path)
-    problems = Problems(path)
-    header_lines = array_table_lines(text, "source")
+def _top_level_entries(problems: Problems, data: dict[str, object]) -> list[object]:
+    """The [[source]] array (empty when it is not one); any other top-level key is a problem."""
     for key in data:
         if key != "source":
             problems.add(f"top-level key '{key}': unknown key (entries are [[source]] tables)")
@@ -193,6 +204,169 @@ def parse_lockfile(path: Path) -> Lockfile:
     if not isinstance(entries, list):
         problems.add("'source' must be an array of tables ([[source]])")
         entries = []
+    return entries
+
+
+def _source_reader(
+    problems: Problems, text: str, index: int, entry: dict, start: int | None
+) -> TableReader:
+    """A reader of the `index`th [[source]] table (at line `start`), named by its `name`."""
+    label = entry.get("name")
+    where = f"source #{index + 1}" + (f" '{label}'" if isinstance(label, str) else "")
+    return TableReader(
+        entry,
+        problems,
+        where,
+        locate=(lambda key, s=start: key_line(text, s, key) if s else None),
+    )
+
+
+@dataclass(frozen=True)
+class _SourceKeys:
+    """The keys of one [[source]] table, each checked on its own (None: absent or invalid)."""
+
+    name: str | None
+    sdist: str | None
+    url: str | None
+    commit: str | None
+    tree: str | None
+    sha256: str | None
+    ref: str | None
+    date: dt.date | None
+    parent: str | None
+    path: str | None
+    fetchcontent: str | None
+    archive_root: str | None
+    embeds: tuple[Embed, ...]
+
+
+def _read_source_keys(reader: TableReader, entry: dict) -> _SourceKeys:
+    """Every key of the table, type- and form-checked; then the keys nobody asked for."""
+    name = reader.str(
+        "name",
+        required=True,
+        pattern=NAME.pattern,
+        describe="a lowercase name of letters, digits, '.', '_' or '-'",
+    )
+    sdist = reader.str(
+        "sdist", pattern=SDIST.pattern, describe='an exact requirement like "tilelang==0.1.11"'
+    )
+    url = reader.str("url", required="sdist" not in entry)
+    commit = _check_commit(reader, "commit")
+    tree = _check_commit(reader, "tree")
+    sha256 = reader.str("sha256", pattern=SHA256.pattern, describe="64 lowercase hex digits")
+    ref = reader.str("ref")
+    date = reader.date("date")
+    parent = reader.str("parent")
+    sub_path = _safe_relative_path(reader, "path", reader.str("path"))
+    fetchcontent = reader.str(
+        "fetchcontent", pattern=r"[A-Za-z0-9_.+-]+", describe="a CMake FetchContent name"
+    )
+    archive_root = reader.str("archive-root")
+    if archive_root is not None and ("/" in archive_root or archive_root in ("", ".", "..")):
+        reader.error(
+            "archive-root",
+            f"{archive_root!r} must be one directory name (the archive's single top directory)",
+        )
+        archive_root = None
+    embeds = _embeds(reader, entry.get("embeds"))
+    reader.finish()
+    return _SourceKeys(
+        name=name,
+        sdist=sdist,
+        url=url,
+        commit=commit,
+        tree=tree,
+        sha256=sha256,
+        ref=ref,
+        date=date,
+        parent=parent,
+        path=sub_path,
+        fetchcontent=fetchcontent,
+        archive_root=archive_root,
+        embeds=embeds,
+    )
+
+
+def _check_archive_keys(reader: TableReader, entry: dict) -> None:
+    """`sdist`, `archive-root` and `embeds` only where an archive upstream may have them."""
+    if "sdist" in entry and "url" in entry:
+        reader.error(
+            "sdist",
+            "give either 'url' (a tarball) or 'sdist' (fetched through "
+            "the package index), not both",
+        )
+    if "sdist" in entry and ("sha256" not in entry or "commit" in entry):
+        reader.error("sdist", "an sdist is verified by its 'sha256' (no 'commit')")
+    if "sdist" in entry and "parent" in entry:
+        reader.error("sdist", "an sdist is an upstream of its own (no 'parent')")
+    if ("archive-root" in entry or "embeds" in entry) and (
+        "sha256" not in entry or "parent" in entry
+    ):
+        key = "archive-root" if "archive-root" in entry else "embeds"
+        reader.error(key, "only an archive upstream ('sha256', no 'parent') has one")
+
+
+def _source_url(reader: TableReader, sdist: str | None, url: str | None) -> str | None:
+    """The url keys and messages name: `sdist:<name==version>` for an sdist, else the
+    checked `url`."""
+    if sdist is not None and url is None:
+        return f"sdist:{sdist}"  # what keys and messages name; the index says where it is
+    if url is not None and (url_problem := check_url(url)) is not None:
+        reader.error("url", f"{url!r} {url_problem}" if url.strip() else url_problem)
+    return url
+
+
+def _check_source_kind(reader: TableReader, entry: dict) -> None:
+    """The keys fit one kind of source: git or archive; submodule, FetchContent or neither."""
+    if "commit" in entry and "sha256" in entry:
+        reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
+    elif "commit" not in entry and "sha256" not in entry:
+        reader.error(None, "missing 'commit' (a 40-hex git commit) or 'sha256' (a tarball)")
+    if "tree" in entry and "commit" not in entry and ("parent" in entry or "sha256" not in entry):
+        reader.error(
+            "tree",
+            "only git sources (with 'commit') and archive upstreams "
+            "('sha256', no 'parent': the imported tree) have a tree",
+        )
+    if "path" in entry and ("parent" not in entry or "commit" not in entry):
+        reader.error("path", "a submodule needs 'parent' and a git 'commit'")
+    if "fetchcontent" in entry and "parent" not in entry:
+        reader.error("fetchcontent", "a FetchContent source needs 'parent'")
+    if "path" in entry and "fetchcontent" in entry:
+        reader.error(None, "give either 'path' (submodule) or 'fetchcontent', not both")
+
+
+def _parse_source(reader: TableReader, entry: dict, start: int | None) -> Pin | None:
+    """One [[source]] table as a pin (None when it has no usable name or url); its problems
+    go to the reader."""
+    keys = _read_source_keys(reader, entry)
+    _check_archive_keys(reader, entry)
+    url = _source_url(reader, keys.sdist, keys.url)
+    _check_source_kind(reader, entry)
+    if keys.name is None or url is None:
+        return None
+    return Pin(
+        name=keys.name,
+        url=url,
+        commit=keys.commit,
+        sha256=keys.sha256,
+        tree=keys.tree,
+        ref=keys.ref,
+        date=keys.date,
+        parent=keys.parent,
+        path=keys.path,
+        fetchcontent=keys.fetchcontent,
+        line=start,
+        sdist=keys.sdist,
+        archive_root=keys.archive_root,
+        embeds=keys.embeds,
+    )
+
+
+def _parse_sources(problems: Problems, text: str, entries: list[object]) -> list[Pin]:
+    """The pins of the [[source]] tables, in order; a name given twice keeps its first."""
+    header_lines = array_table_lines(text, "source")
     pins: list[Pin] = []
     first_line: dict[str, int | None] = {}
     for index, entry in enumerate(entries):
@@ -200,73 +374,21 @@ def parse_lockfile(path: Path) -> Lockfile:
         if not isinstance(entry, dict):
             problems.add(f"source #{index + 1}: expected a table ([[source]]), got {entry!r:.60}")
             continue
-        label = entry.get("name") if isinstance(entry, dict) else None
-        where = f"source #{index + 1}" + (f" '{label}'" if isinstance(label, str) else "")
-        reader = TableReader(
-            entry, problems, where,
-            locate=(lambda key, s=start: key_line(text, s, key) if s else None),
-        )
-        name = reader.str("name", required=True, pattern=NAME.pattern,
-                          describe="a lowercase name of letters, digits, '.', '_' or '-'")
-        sdist = reader.str("sdist", pattern=SDIST.pattern,
-                           describe="an exact requirement like \"tilelang==0.1.11\"")
-        url = reader.str("url", required="sdist" not in entry)
-        commit = _check_commit(reader, "commit")
-        tree = _check_commit(reader, "tree")
-        sha256 = reader.str("sha256", pattern=SHA256.pattern, describe="64 lowercase hex digits")
-        ref = reader.str("ref")
-        date = reader.date("date")
-        parent = reader.str("parent")
-        sub_path = _safe_relative_path(reader, "path", reader.str("path"))
-        fetchcontent = reader.str("fetchcontent", pattern=r"[A-Za-z0-9_.+-]+",
-                                  describe="a CMake FetchContent name")
-        archive_root = reader.str("archive-root")
-        if archive_root is not None and (
-                "/" in archive_root or archive_root in ("", ".", "..")):
-            reader.error("archive-root", f"{archive_root!r} must be one directory name (the "
-                                         "archive's single top directory)")
-            archive_root = None
-        embeds = _embeds(reader, entry.get("embeds"))
-        reader.finish()
-        if "sdist" in entry and "url" in entry:
-            reader.error("sdist", "give either 'url' (a tarball) or 'sdist' (fetched through "
-                                  "the package index), not both")
-        if "sdist" in entry and ("sha256" not in entry or "commit" in entry):
-            reader.error("sdist", "an sdist is verified by its 'sha256' (no 'commit')")
-        if "sdist" in entry and "parent" in entry:
-            reader.error("sdist", "an sdist is an upstream of its own (no 'parent')")
-        if ("archive-root" in entry or "embeds" in entry) and (
-                "sha256" not in entry or "parent" in entry):
-            key = "archive-root" if "archive-root" in entry else "embeds"
-            reader.error(key, "only an archive upstream ('sha256', no 'parent') has one")
-        if sdist is not None and url is None:
-            url = f"sdist:{sdist}"  # what keys and messages name; the index says where it is
-        elif url is not None and (url_problem := check_url(url)) is not None:
-            reader.error("url", f"{url!r} {url_problem}" if url.strip() else url_problem)
-        if "commit" in entry and "sha256" in entry:
-            reader.error(None, "give either 'commit' (git) or 'sha256' (tarball), not both")
-        elif "commit" not in entry and "sha256" not in entry:
-            reader.error(None, "missing 'commit' (a 40-hex git commit) or 'sha256' (a tarball)")
-        if "tree" in entry and "commit" not in entry and ("parent" in entry or
-                                                           "sha256" not in entry):
-            reader.error("tree", "only git sources (with 'commit') and archive upstreams "
-                                 "('sha256', no 'parent': the imported tree) have a tree")
-        if "path" in entry and ("parent" not in entry or "commit" not in entry):
-            reader.error("path", "a submodule needs 'parent' and a git 'commit'")
-        if "fetchcontent" in entry and "parent" not in entry:
-            reader.error("fetchcontent", "a FetchContent source needs 'parent'")
-        if "path" in entry and "fetchcontent" in entry:
-            reader.error(None, "give either 'path' (submodule) or 'fetchcontent', not both")
-        if name is None or url is None:
+        reader = _source_reader(problems, text, index, entry, start)
+        pin = _parse_source(reader, entry, start)
+        if pin is None:
             continue
-        if name in first_line:
-            at = f" (first at line {first_line[name]})" if first_line[name] else ""
-            reader.error("name", f"duplicate name '{name}'{at}")
+        if pin.name in first_line:
+            at = f" (first at line {first_line[pin.name]})" if first_line[pin.name] else ""
+            reader.error("name", f"duplicate name '{pin.name}'{at}")
             continue
-        first_line[name] = start
-        pins.append(Pin(name=name, url=url, commit=commit, sha256=sha256, tree=tree, ref=ref,
-                        date=date, parent=parent, path=sub_path, fetchcontent=fetchcontent,
-                        line=start, sdist=sdist, archive_root=archive_root, embeds=embeds))
+        first_line[pin.name] = start
+        pins.append(pin)
+    return pins
+
+
+def _check_parents(problems: Problems, pins: list[Pin]) -> None:
+    """Every `parent` names a source, and no parent chain loops."""
     names = {p.name for p in pins}
     for pin in pins:
         where = f"source '{pin.name}'" + (f" (line {pin.line})" if pin.line else "")
@@ -280,15 +402,32 @@ def parse_lockfile(path: Path) -> Lockfile:
                 problems.add(f"{where}, key 'parent': parent chain loops through '{cursor.name}'")
                 break
             seen.add(cursor.name)
+
+
+def _check_slots(problems: Problems, pins: list[Pin]) -> None:
+    """No two sources take the same submodule path or FetchContent name in one parent."""
     placed: dict[tuple[str | None, str], str] = {}
     for pin in pins:
         slot = pin.path or pin.fetchcontent
         if slot is None:
             continue
         if (pin.parent, slot) in placed:
-            problems.add(f"source '{pin.name}': '{slot}' in '{pin.parent}' is already taken by "
-                         f"'{placed[(pin.parent, slot)]}'")
+            problems.add(
+                f"source '{pin.name}': '{slot}' in '{pin.parent}' is already taken by "
+                f"'{placed[(pin.parent, slot)]}'"
+            )
         placed[(pin.parent, slot)] = pin.name
+
+
+def parse_lockfile(path: Path) -> Lockfile:
+    """The lockfile, validated; every problem of the file is reported together, in the order
+    of the steps below."""
+    data, text = load_toml(path)
+    problems = Problems(path)
+    entries = _top_level_entries(problems, data)
+    pins = _parse_sources(problems, text, entries)
+    _check_parents(problems, pins)
+    _check_slots(problems, pins)
     if not entries and not problems.items:
         problems.add("no [[source]] entries: nothing to build (pin at least one upstream)")
     problems.raise_if_any()

@@ -59,5 +59,6 @@ def find_project(start: Path | None = None) -> Project:
     for candidate in (here, *here.parents):
         if (candidate / "lockfiles" / "upstreams.toml").exists():
             return Project(candidate)
-    raise SglforgeError(f"no sglforge project found at or above {here} "
-                        "(looked for lockfiles/upstreams.toml)")
+    raise SglforgeError(
+        f"no sglforge project found at or above {here} (looked for lockfiles/upstreams.toml)"
+    )

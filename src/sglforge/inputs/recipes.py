@@ -112,8 +112,20 @@ ARCH_FORMS: dict[str, Callable[[tuple[str, ...]], str]] = {
     "sgl_kernel_cuda_archs": _cmake,  # a CMake list, patches/sglang/0001
     "nixl_cuda_arch_list": lambda archs: ",".join(_arch_parts(a)[0] for a in archs),
 }
-PLACEHOLDERS = ("version", "local", "patchset8", "cuda", "jobs", "nvcc_threads", "source",
-                "build_dir", "build_root", "site_packages", "cuda_gap_lib", *ARCH_FORMS)
+PLACEHOLDERS = (
+    "version",
+    "local",
+    "patchset8",
+    "cuda",
+    "jobs",
+    "nvcc_threads",
+    "source",
+    "build_dir",
+    "build_root",
+    "site_packages",
+    "cuda_gap_lib",
+    *ARCH_FORMS,
+)
 DEFAULTS_FILE = "_defaults.toml"
 MERGED_TABLES = ("env", "cmake-defines", "config-settings")
 # never in the defaults
@@ -128,7 +140,7 @@ FRONTENDS = ("pip", "build")
 ELF_DEPS = ("error", "warn")
 LABEL_ARCH = re.compile(r"sm([0-9]{2,3})([af]?)")
 OPT_IN_MAX = 300
-OPT_IN_REASON = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,%d}" % OPT_IN_MAX)  # printed as is
+OPT_IN_REASON = re.compile(rf"[^\x00-\x1f\x7f-\x9f]{{1,{OPT_IN_MAX}}}")  # printed as is
 
 
 @dataclass(frozen=True)
@@ -210,17 +222,29 @@ def _placeholders(template: str) -> list[str] | None:
     return [f for _, f, _, _ in parsed if f is not None]
 
 
-def _check_template(reader: TableReader, key: str, template: str, allowed: tuple[str, ...],
-                    has_version: bool, cuda_from_toolchain: bool = False) -> None:
+def _check_template(
+    reader: TableReader,
+    key: str,
+    template: str,
+    allowed: tuple[str, ...],
+    has_version: bool,
+    cuda_from_toolchain: bool = False,
+) -> None:
     fields = _placeholders(template)
     if fields is None:
-        reader.error(key, f"{template!r} is not a valid template (unbalanced braces, "
-                          "or a !conversion or :format spec)")
+        reader.error(
+            key,
+            f"{template!r} is not a valid template (unbalanced braces, "
+            "or a !conversion or :format spec)",
+        )
         return
     for name in fields:
         if name not in allowed:
-            reader.error(key, f"unknown placeholder {{{name}}} in {template!r} "
-                              f"(known: {', '.join('{' + a + '}' for a in allowed)})")
+            reader.error(
+                key,
+                f"unknown placeholder {{{name}}} in {template!r} "
+                f"(known: {', '.join('{' + a + '}' for a in allowed)})",
+            )
         elif name == "version" and not has_version:
             reader.error(key, "{version} needs 'base-version' in the recipe")
         elif name == "cuda_gap_lib" and not cuda_from_toolchain:
@@ -236,8 +260,11 @@ RECIPE_KEYS: dict[str, tuple[str, dict[str, Any], Any]] = {
     "isolation": ("bool", {}, False),
     "build-requires": ("str_list", {}, []),
     "depends": ("str_list", {}, []),
-    "base-version": ("str", {"pattern": PEP440_BASE.pattern,
-                             "describe": "a PEP 440 public version like 0.4.10"}, None),
+    "base-version": (
+        "str",
+        {"pattern": PEP440_BASE.pattern, "describe": "a PEP 440 public version like 0.4.10"},
+        None,
+    ),
     "local-version": ("str", {}, None),
     "version-label": ("str", {}, "env"),
     "requires-torch-abi": ("bool", {}, False),
@@ -295,8 +322,9 @@ def load_defaults(recipes_dir: Path) -> tuple[dict[str, Any], bytes]:
         return {}, b""
     data, text = load_toml(path)
     problems = Problems(path)
-    reader = TableReader(data, problems, "recipe defaults",
-                         locate=lambda key: key_line(text, 1, key))
+    reader = TableReader(
+        data, problems, "recipe defaults", locate=lambda key: key_line(text, 1, key)
+    )
     values = _read_keys(reader)
     for name in PER_RECIPE_KEYS:
         if name in values:
@@ -318,135 +346,328 @@ def merge_defaults(defaults: dict[str, Any], recipe: dict[str, Any]) -> dict[str
     return merged
 
 
-def parse_recipe(path: Path, lock: Lockfile, toolchain: Toolchain,
-                 target: Target | None = None) -> Recipe:
+@dataclass(frozen=True)
+class _RecipeSource:
+    """A recipe file as read: its own table and text, and the table a build uses (the shared
+    defaults, the recipe's keys over them, a target's overrides over those)."""
+
+    path: Path
+    own: dict[str, Any]
+    text: str
+    data: dict[str, Any]
+    defaults_bytes: bytes  # of recipes/_defaults.toml; b"" when there is none
+
+    def locate(self, key: str) -> int | None:
+        """The line of a key the recipe file itself sets (None: from the defaults or a target)."""
+        return key_line(self.text, 1, key) if key in self.own else None
+
+
+def _read_recipe_source(path: Path, target: Target | None) -> _RecipeSource:
     own, text = load_toml(path)
     defaults, defaults_bytes = load_defaults(path.parent)
     data = merge_defaults(defaults, own)
     if target is not None and path.stem in target.overrides:  # inputs/targets.py
         data = merge_defaults(data, target.overrides[path.stem])
-    problems = Problems(path)
+    return _RecipeSource(path, own, text, data, defaults_bytes)
 
-    def locate(key: str) -> int | None:
-        return key_line(text, 1, key) if key in own else None
 
-    reader = TableReader(data, problems, "recipe", locate=locate)
+def _check_recipe_name(problems: Problems, path: Path) -> str:
+    """The recipe's name (its file stem), which must be a wheel's name."""
     name = path.stem
     if not RECIPE_NAME.fullmatch(name):
-        problems.add(f"file name {path.name!r}: a recipe is named after its wheel "
-                     "(lowercase letters, digits, '.', '_', '-')")
+        problems.add(
+            f"file name {path.name!r}: a recipe is named after its wheel "
+            "(lowercase letters, digits, '.', '_', '-')"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class _RecipeValues:
+    """A recipe's keys as read: type-checked, absent (or mistyped) ones at their defaults."""
+
+    upstream: str | None
+    subdir: str
+    frontend: str
+    isolation: bool
+    build_requires: list[str]
+    depends: list[str]
+    base_version: str | None
+    local_version: str | None
+    version_label: str
+    requires_torch_abi: bool
+    cuda_archs: list[str]
+    mem_text: str
+    nvcc_threads: int
+    env: dict[str, str]
+    cmake_defines: dict[str, str]
+    config_settings: dict[str, tuple[str, ...]]
+    extra_exclude: list[str]
+    exclude_defaults: bool
+    elf_deps: str
+    host_requires: list[str]
+    cuda_from_toolchain: bool
+    opt_in: str | None
+
+
+def _read_recipe_values(reader: TableReader) -> _RecipeValues:
     values = _read_keys(reader)
-    if "upstream" not in data:
+    if "upstream" not in reader.data:
         reader.error(None, "missing required key 'upstream'")
 
     def get(key: str) -> Any:
         return values.get(key, RECIPE_KEYS[key][2])
 
-    upstream = get("upstream")
-    subdir, frontend, isolation = get("subdir"), get("frontend"), get("isolation")
-    build_requires, depends = get("build-requires"), get("depends")
-    base_version, local_version = get("base-version"), get("local-version")
-    version_label, requires_torch_abi = get("version-label"), get("requires-torch-abi")
-    cuda_archs, mem_text, nvcc_threads = get("cuda-archs"), get("mem-per-job"), get("nvcc-threads")
-    env, cmake_defines = get("env"), get("cmake-defines")
-    config_settings = _config_settings(reader, get("config-settings"))
-    extra_exclude, exclude_defaults = get("exclude"), get("exclude-defaults")
-    elf_deps, host_requires = get("elf-deps"), get("host-requires")
-    opt_in = get("opt-in")
-    if opt_in is not None and not OPT_IN_REASON.fullmatch(opt_in.strip()):
-        reader.error("opt-in", "give the reason the recipe is left out of a default build: "
-                               f"one line of 1 to {OPT_IN_MAX} printable characters (it is "
-                               "printed when a build skips it)")
+    return _RecipeValues(
+        upstream=get("upstream"),
+        subdir=get("subdir"),
+        frontend=get("frontend"),
+        isolation=get("isolation"),
+        build_requires=get("build-requires"),
+        depends=get("depends"),
+        base_version=get("base-version"),
+        local_version=get("local-version"),
+        version_label=get("version-label"),
+        requires_torch_abi=get("requires-torch-abi"),
+        cuda_archs=get("cuda-archs"),
+        mem_text=get("mem-per-job"),
+        nvcc_threads=get("nvcc-threads"),
+        env=get("env"),
+        cmake_defines=get("cmake-defines"),
+        config_settings=_config_settings(reader, get("config-settings")),
+        extra_exclude=get("exclude"),
+        exclude_defaults=get("exclude-defaults"),
+        elf_deps=get("elf-deps"),
+        host_requires=get("host-requires"),
+        cuda_from_toolchain=bool(get("cuda-from-toolchain")),
+        opt_in=get("opt-in"),
+    )
 
+
+def _check_opt_in(reader: TableReader, opt_in: str | None) -> None:
+    if opt_in is not None and not OPT_IN_REASON.fullmatch(opt_in.strip()):
+        reader.error(
+            "opt-in",
+            "give the reason the recipe is left out of a default build: "
+            f"one line of 1 to {OPT_IN_MAX} printable characters (it is "
+            "printed when a build skips it)",
+        )
+
+
+def _check_host_requires(reader: TableReader, host_requires: list[str]) -> None:
     for spec in host_requires:
         if not HOST_REQUIRE.fullmatch(spec.strip()):
-            reader.error("host-requires", f"{spec!r} is not a pkg-config module with an "
-                                          "optional bound, like \"ucx >= 1.22\"")
+            reader.error(
+                "host-requires",
+                f'{spec!r} is not a pkg-config module with an optional bound, like "ucx >= 1.22"',
+            )
+
+
+def _check_upstream(reader: TableReader, upstream: str | None, lock: Lockfile) -> None:
     if upstream is not None:
         names = [p.name for p in lock.upstreams()]
         if upstream not in names:
-            reader.error("upstream", f"no upstream named '{upstream}' in {lock.path.name} "
-                                     f"(upstreams: {', '.join(names)})")
+            reader.error(
+                "upstream",
+                f"no upstream named '{upstream}' in {lock.path.name} "
+                f"(upstreams: {', '.join(names)})",
+            )
+
+
+def _checked_subdir(reader: TableReader, subdir: str) -> str:
+    """`subdir`, normalized (a relative POSIX path inside the upstream's tree)."""
     posix = PurePosixPath(subdir)
     if posix.is_absolute() or ".." in posix.parts:
         reader.error("subdir", f"{subdir!r} must be a relative path inside the upstream's tree")
+    return str(posix)
+
+
+def _check_frontend(reader: TableReader, frontend: str) -> None:
     if frontend not in FRONTENDS:
         reader.error("frontend", f"{frontend!r} is not one of {', '.join(FRONTENDS)}")
-    for req in build_requires:
+
+
+def _check_build_requires(reader: TableReader, values: _RecipeValues, toolchain: Toolchain) -> None:
+    """Bare names the toolchain pins; an ABI-bound wheel needs torch among them."""
+    for req in values.build_requires:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", req):
-            reader.error("build-requires", f"{req!r}: give a bare name; the exact version "
-                                           f"comes from {toolchain.path.name}")
+            reader.error(
+                "build-requires",
+                f"{req!r}: give a bare name; the exact version comes from {toolchain.path.name}",
+            )
         elif toolchain.pinned_version(req) is None:
             reader.error("build-requires", f"{req!r} is not pinned in {toolchain.path.name}")
-    if requires_torch_abi and toolchain.torch is None:
+    if values.requires_torch_abi and toolchain.torch is None:
         reader.error("requires-torch-abi", f"{toolchain.path.name} pins no torch")
-    if requires_torch_abi and "torch" not in {canonical_name(r) for r in build_requires}:
+    if values.requires_torch_abi and "torch" not in {
+        canonical_name(r) for r in values.build_requires
+    }:
         reader.error("requires-torch-abi", "an ABI-bound wheel must list torch in build-requires")
+
+
+def _check_depends(reader: TableReader, depends: list[str], name: str) -> None:
     for dep in depends:
         if not RECIPE_NAME.fullmatch(dep) or dep == name:
             reader.error("depends", f"{dep!r} is not another recipe's name")
+
+
+def _check_cuda_archs(reader: TableReader, cuda_archs: list[str]) -> None:
     for arch in cuda_archs:
         if not SASS_ARCH.fullmatch(arch):
             reader.error("cuda-archs", f"{arch!r} is not a SASS target like 'sm_120a'")
+
+
+def _checked_mem_per_job(reader: TableReader, mem_text: str) -> int:
+    """`mem-per-job` in bytes (1 GiB in place of a size that is not one)."""
     mem_per_job = parse_memory(mem_text)
     if mem_per_job is None or mem_per_job <= 0:
-        reader.error("mem-per-job", f"{mem_text!r} is not a size like \"4GiB\" or \"512MiB\"")
+        reader.error("mem-per-job", f'{mem_text!r} is not a size like "4GiB" or "512MiB"')
         mem_per_job = 1 << 30
-    if version_label not in ("env", "retag"):
-        reader.error("version-label", f"{version_label!r} is not 'env' (the upstream's version "
-                                      "variable) or 'retag' (sglforge rewrites the wheel)")
-    elif version_label == "retag" and (local_version is None or base_version is not None):
-        reader.error("version-label", "'retag' appends local-version to the version the "
-                                      "upstream builds: needs local-version, no base-version")
-    has_version = base_version is not None
-    if local_version is not None:
-        _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
-        fields = _placeholders(local_version)
-        usable = fields is not None and set(fields) <= set(LOCAL_PLACEHOLDERS)
-        probe = local_version.format(patchset8="0" * 8, cuda="130", key8="0" * 8) \
-            if usable else None
-        if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
-            reader.error("local-version", f"{local_version!r} does not give a PEP 440 local "
-                                          "label (lowercase alphanumerics separated by '.')")
-        elif probe is not None:
-            _check_label_archs(reader, probe, cuda_archs)
+    return mem_per_job
+
+
+def _check_version_label(reader: TableReader, values: _RecipeValues) -> None:
+    if values.version_label not in ("env", "retag"):
+        reader.error(
+            "version-label",
+            f"{values.version_label!r} is not 'env' (the upstream's version "
+            "variable) or 'retag' (sglforge rewrites the wheel)",
+        )
+    elif values.version_label == "retag" and (
+        values.local_version is None or values.base_version is not None
+    ):
+        reader.error(
+            "version-label",
+            "'retag' appends local-version to the version the "
+            "upstream builds: needs local-version, no base-version",
+        )
+
+
+def _check_local_version(reader: TableReader, values: _RecipeValues) -> None:
+    """A valid template giving a PEP 440 local label that names only carried archs."""
+    local_version = values.local_version
+    if local_version is None:
+        return
+    has_version = values.base_version is not None
+    _check_template(reader, "local-version", local_version, LOCAL_PLACEHOLDERS, has_version)
+    fields = _placeholders(local_version)
+    usable = fields is not None and set(fields) <= set(LOCAL_PLACEHOLDERS)
+    probe = local_version.format(patchset8="0" * 8, cuda="130", key8="0" * 8) if usable else None
+    if probe is not None and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", probe):
+        reader.error(
+            "local-version",
+            f"{local_version!r} does not give a PEP 440 local "
+            "label (lowercase alphanumerics separated by '.')",
+        )
+    elif probe is not None:
+        _check_label_archs(reader, probe, values.cuda_archs)
+
+
+def _check_elf_deps(reader: TableReader, elf_deps: str) -> None:
     if elf_deps not in ELF_DEPS:
         reader.error("elf-deps", f"{elf_deps!r} is not one of {', '.join(ELF_DEPS)}")
+
+
+def _check_exclude(reader: TableReader, extra_exclude: list[str]) -> None:
     for pattern in extra_exclude:
         if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
             reader.error("exclude", f"{pattern!r} is not a member pattern like '*.a' or 'build/'")
-    cuda_from_toolchain = bool(get("cuda-from-toolchain"))
-    for table, entries in (("env", env), ("cmake-defines", cmake_defines),
-                           ("config-settings", config_settings)):
+
+
+def _check_merged_tables(reader: TableReader, values: _RecipeValues) -> None:
+    """[env] and [cmake-defines] names, and the templates of all three tables."""
+    has_version = values.base_version is not None
+    for table, entries in (
+        ("env", values.env),
+        ("cmake-defines", values.cmake_defines),
+        ("config-settings", values.config_settings),
+    ):
         for key, value in entries.items():
-            if table != "config-settings" and not ENV_NAME.fullmatch(key) and not (
-                    table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key)):
+            if (
+                table != "config-settings"
+                and not ENV_NAME.fullmatch(key)
+                and not (table == "cmake-defines" and re.fullmatch(r"[A-Za-z0-9_.+-]+", key))
+            ):
                 reader.error(table, f"{key!r} is not a valid name")
-            for item in (value if isinstance(value, tuple) else (value,)):
-                _check_template(reader, table, item, PLACEHOLDERS, has_version,
-                                cuda_from_toolchain)
-    problems.raise_if_any()
-    raw = read_capped(path, TOML_INPUT_CAP, "recipe")
+            for item in value if isinstance(value, tuple) else (value,):
+                _check_template(
+                    reader, table, item, PLACEHOLDERS, has_version, values.cuda_from_toolchain
+                )
+
+
+def _recipe_digest(source: _RecipeSource, target: Target | None) -> str:
+    """The recipe's sha256: of the file's bytes, with the shared defaults and the target."""
+    raw = read_capped(source.path, TOML_INPUT_CAP, "recipe")
     digest = hashlib.sha256(raw)
-    if defaults_bytes:  # the defaults are part of the recipe: changing them changes the key
-        digest = hashlib.sha256(DEFAULTS_FILE.encode() + b"\0" + defaults_bytes + b"\0"
-                                + path.name.encode() + b"\0" + raw)
+    if source.defaults_bytes:  # the defaults are part of the recipe: changing them changes the key
+        digest = hashlib.sha256(
+            DEFAULTS_FILE.encode()
+            + b"\0"
+            + source.defaults_bytes
+            + b"\0"
+            + source.path.name.encode()
+            + b"\0"
+            + raw
+        )
     if target is not None:  # so is the target: another target, another recipe digest
-        digest = hashlib.sha256(f"target {target.name} {target.sha256}\0".encode()
-                                + digest.hexdigest().encode())
+        digest = hashlib.sha256(
+            f"target {target.name} {target.sha256}\0".encode() + digest.hexdigest().encode()
+        )
+    return digest.hexdigest()
+
+
+def parse_recipe(
+    path: Path, lock: Lockfile, toolchain: Toolchain, target: Target | None = None
+) -> Recipe:
+    """One recipe, validated; every problem of the file is reported together, in the order
+    of the steps below."""
+    source = _read_recipe_source(path, target)
+    problems = Problems(path)
+    reader = TableReader(source.data, problems, "recipe", locate=source.locate)
+    name = _check_recipe_name(problems, path)
+    values = _read_recipe_values(reader)
+    _check_opt_in(reader, values.opt_in)
+    _check_host_requires(reader, values.host_requires)
+    _check_upstream(reader, values.upstream, lock)
+    subdir = _checked_subdir(reader, values.subdir)
+    _check_frontend(reader, values.frontend)
+    _check_build_requires(reader, values, toolchain)
+    _check_depends(reader, values.depends, name)
+    _check_cuda_archs(reader, values.cuda_archs)
+    mem_per_job = _checked_mem_per_job(reader, values.mem_text)
+    _check_version_label(reader, values)
+    _check_local_version(reader, values)
+    _check_elf_deps(reader, values.elf_deps)
+    _check_exclude(reader, values.extra_exclude)
+    _check_merged_tables(reader, values)
+    problems.raise_if_any()
     return Recipe(
-        name=name, path=path, sha256=digest.hexdigest(),
-        upstream=upstream, subdir=str(posix), frontend=frontend, isolation=isolation,
-        build_requires=tuple(build_requires), depends=tuple(depends),
-        base_version=base_version, local_version=local_version, version_label=version_label,
-        requires_torch_abi=requires_torch_abi, cuda_archs=tuple(cuda_archs),
-        mem_per_job=mem_per_job, nvcc_threads=nvcc_threads, env=env,
-        cmake_defines=cmake_defines, config_settings=config_settings,
-        exclude=(DEFAULT_EXCLUDE if exclude_defaults else ()) + tuple(extra_exclude),
-        elf_deps=elf_deps, host_requires=tuple(s.strip() for s in host_requires),
-        cuda_from_toolchain=cuda_from_toolchain,
-        hints=tuple(literal_arch_hints(data, text if own else "")),
-        opt_in=opt_in.strip() if opt_in else None)
+        name=name,
+        path=path,
+        sha256=_recipe_digest(source, target),
+        upstream=values.upstream,
+        subdir=subdir,
+        frontend=values.frontend,
+        isolation=values.isolation,
+        build_requires=tuple(values.build_requires),
+        depends=tuple(values.depends),
+        base_version=values.base_version,
+        local_version=values.local_version,
+        version_label=values.version_label,
+        requires_torch_abi=values.requires_torch_abi,
+        cuda_archs=tuple(values.cuda_archs),
+        mem_per_job=mem_per_job,
+        nvcc_threads=values.nvcc_threads,
+        env=values.env,
+        cmake_defines=values.cmake_defines,
+        config_settings=values.config_settings,
+        exclude=(DEFAULT_EXCLUDE if values.exclude_defaults else ()) + tuple(values.extra_exclude),
+        elf_deps=values.elf_deps,
+        host_requires=tuple(s.strip() for s in values.host_requires),
+        cuda_from_toolchain=values.cuda_from_toolchain,
+        hints=tuple(literal_arch_hints(source.data, source.text if source.own else "")),
+        opt_in=values.opt_in.strip() if values.opt_in else None,
+    )
 
 
 ARCH_LITERAL = re.compile(r"(?<![A-Za-z0-9])(?:sm|compute)_[0-9]{2,3}[af]?(?![A-Za-z0-9])")
@@ -482,14 +703,20 @@ def literal_arch_hints(data: dict[str, Any], text: str = "") -> list[str]:
             continue
         for key, value in entries.items():
             items = value if isinstance(value, list) else [value]
-            literals = [lit for item in items if isinstance(item, str)
-                        for lit in _arch_literals(str(key), item)]
+            literals = [
+                lit
+                for item in items
+                if isinstance(item, str)
+                for lit in _arch_literals(str(key), item)
+            ]
             if literals:
                 line = _table_key_line(text, table, str(key)) if text else None
                 at = f" (line {line})" if line else ""
                 forms = ", ".join("{" + name + "}" for name in ARCH_FORMS)
-                hints.append(f"[{table}] {key}{at}: literal arch {', '.join(literals)}; let "
-                             f"cuda-archs tell the compiler through a placeholder ({forms})")
+                hints.append(
+                    f"[{table}] {key}{at}: literal arch {', '.join(literals)}; let "
+                    f"cuda-archs tell the compiler through a placeholder ({forms})"
+                )
     return hints
 
 
@@ -507,25 +734,32 @@ def recipe_hints(recipes_dir: Path) -> list[tuple[Path, str | None, str]]:
         except SglforgeError:
             continue  # reported by every verb that loads recipes
         upstream = own.get("upstream") if isinstance(own.get("upstream"), str) else None
-        out += [(path, upstream, h)
-                for h in literal_arch_hints(merge_defaults(defaults, own), text)]
+        out += [
+            (path, upstream, h) for h in literal_arch_hints(merge_defaults(defaults, own), text)
+        ]
     return out
 
 
 def _check_label_archs(reader: TableReader, label: str, cuda_archs: list[str]) -> None:
     """An `sm…` part of the label must name an arch the wheel carries device code for."""
-    carried = {re.fullmatch(r"sm_([0-9]+)([af]?)", a).groups() for a in cuda_archs
-               if SASS_ARCH.fullmatch(a)}
+    carried = {
+        re.fullmatch(r"sm_([0-9]+)([af]?)", a).groups()
+        for a in cuda_archs
+        if SASS_ARCH.fullmatch(a)
+    }
     for part in label.split("."):
         match = LABEL_ARCH.fullmatch(part)
         if match is None:
             continue
         digits, suffix = match.groups()
         if not any(d == digits and suffix in ("", s) for d, s in carried):
-            reader.error("local-version", f"the label names {part} but cuda-archs "
-                         f"({', '.join(cuda_archs) or 'empty: no device code'}) does not "
-                         "include it; name archs only for device code the wheel carries "
-                         "(JIT wheels: \"cu{cuda}.{patchset8}\")")
+            reader.error(
+                "local-version",
+                f"the label names {part} but cuda-archs "
+                f"({', '.join(cuda_archs) or 'empty: no device code'}) does not "
+                "include it; name archs only for device code the wheel carries "
+                '(JIT wheels: "cu{cuda}.{patchset8}")',
+            )
 
 
 def _config_settings(reader: TableReader, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -536,13 +770,15 @@ def _config_settings(reader: TableReader, table: dict[str, Any]) -> dict[str, tu
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             out[key] = tuple(value)
         else:
-            reader.error("config-settings", f"{key!r}: expected a string or a list of strings, "
-                                            f"got {value!r}")
+            reader.error(
+                "config-settings", f"{key!r}: expected a string or a list of strings, got {value!r}"
+            )
     return out
 
 
-def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
-                 target: Target | None = None) -> dict[str, Recipe]:
+def load_recipes(
+    recipes_dir: Path, lock: Lockfile, toolchain: Toolchain, target: Target | None = None
+) -> dict[str, Recipe]:
     """Every `recipes/*.toml`, validated (with a target's overrides applied); problems in
     several files are reported together."""
     if not recipes_dir.is_dir():
@@ -560,12 +796,16 @@ def load_recipes(recipes_dir: Path, lock: Lockfile, toolchain: Toolchain,
     for recipe in recipes.values():
         for dep in recipe.depends:
             if dep not in recipes and not any(dep in e for e in errors):
-                errors.append(f"{recipe.path}: recipe, key 'depends': no recipe named '{dep}' "
-                              f"(recipes: {', '.join(sorted(recipes))})")
+                errors.append(
+                    f"{recipe.path}: recipe, key 'depends': no recipe named '{dep}' "
+                    f"(recipes: {', '.join(sorted(recipes))})"
+                )
             elif dep in recipes and recipes[dep].opt_in and not recipe.opt_in:
-                errors.append(f"{recipe.path}: recipe, key 'depends': '{dep}' is opt-in "
-                              f"({recipes[dep].opt_in}); a default build would leave it out "
-                              "(make this recipe opt-in too, or drop the dependency)")
+                errors.append(
+                    f"{recipe.path}: recipe, key 'depends': '{dep}' is opt-in "
+                    f"({recipes[dep].opt_in}); a default build would leave it out "
+                    "(make this recipe opt-in too, or drop the dependency)"
+                )
     if errors:
         raise SglforgeError("\n".join(errors))
     if not recipes:
@@ -598,9 +838,20 @@ def left_out(recipes: dict[str, Recipe], chosen: list[str]) -> list[Recipe]:
 
 def skip_lines(recipes: dict[str, Recipe], chosen: list[str]) -> list[str]:
     """One line per opt-in recipe left out: what it is, why, and how to build it."""
-    return [f"skipped {r.name} (opt-in: {r.opt_in}); build it by name: nox -s build -- {r.name}"
-            for r in left_out(recipes, chosen)]
+    return [
+        f"skipped {r.name} (opt-in: {r.opt_in}); build it by name: nox -s build -- {r.name}"
+        for r in left_out(recipes, chosen)
+    ]
 
 
-__all__ = ["ConfigErrors", "Recipe", "left_out", "load_recipes", "parse_recipe",
-           "recipe_files", "recipe_names", "select", "skip_lines"]
+__all__ = [
+    "ConfigErrors",
+    "Recipe",
+    "left_out",
+    "load_recipes",
+    "parse_recipe",
+    "recipe_files",
+    "recipe_names",
+    "select",
+    "skip_lines",
+]

@@ -74,8 +74,11 @@ class Mirror:
 
 def _masked_repr(self: Any) -> str:
     """A settings table's repr with its remote URL masked (it may hold a password)."""
-    shown = ", ".join(f"{f.name}={mask_url(v) if isinstance(v, str) else v!r}"
-                      for f in fields(self) for v in [getattr(self, f.name)])
+    shown = ", ".join(
+        f"{f.name}={mask_url(v) if isinstance(v, str) else v!r}"
+        for f in fields(self)
+        for v in [getattr(self, f.name)]
+    )
     return f"{type(self).__name__}({shown})"
 
 
@@ -84,20 +87,36 @@ class CompilerCacheSettings:
     """The `[compiler-cache]` table; `verify` ignores it (it always builds without a cache)."""
 
     # load_settings stores the effective kind: a table or remote without `kind` means ccache
-    kind: str | None = key("kind", default=None, env="SGLFORGE_COMPILER_CACHE_KIND",
-                           pattern="ccache|sccache|none", describe="ccache, sccache or none",
-                           doc="compiler cache of `build` (default: ccache when this table "
-                               "or a remote is present, else none)")
-    remote: str | None = key("remote", default=None, env="SGLFORGE_COMPILER_CACHE_REMOTE",
-                             doc="ccache remote storage: redis://, redis+unix: or http:// URL")
-    read_only: bool = key("read-only", "bool", default=False,
-                          env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
-                          doc="read the remote, never write it (untrusted CI jobs)")
+    kind: str | None = key(
+        "kind",
+        default=None,
+        env="SGLFORGE_COMPILER_CACHE_KIND",
+        pattern="ccache|sccache|none",
+        describe="ccache, sccache or none",
+        doc="compiler cache of `build` (default: ccache when this table "
+        "or a remote is present, else none)",
+    )
+    remote: str | None = key(
+        "remote",
+        default=None,
+        env="SGLFORGE_COMPILER_CACHE_REMOTE",
+        doc="ccache remote storage: redis://, redis+unix: or http:// URL",
+    )
+    read_only: bool = key(
+        "read-only",
+        "bool",
+        default=False,
+        env="SGLFORGE_COMPILER_CACHE_READ_ONLY",
+        doc="read the remote, never write it (untrusted CI jobs)",
+    )
     # one cache per long build, kept apart from the source cache (a resumable build's objects
     # must not be evicted by another recipe's)
-    dir: Path | None = key("dir", default=None, env="SGLFORGE_COMPILER_CACHE_DIR",
-                           doc="the cache tool's directory, absolute (default: "
-                               "<cache-dir>/<kind>)")
+    dir: Path | None = key(
+        "dir",
+        default=None,
+        env="SGLFORGE_COMPILER_CACHE_DIR",
+        doc="the cache tool's directory, absolute (default: <cache-dir>/<kind>)",
+    )
     __repr__ = _masked_repr
 
 
@@ -105,18 +124,34 @@ class CompilerCacheSettings:
 class WheelCacheSettings:
     """`[wheel-cache]`: the remote (shared) tier of the content-keyed wheel cache."""
 
-    remote: str | None = key("remote", default=None, env="SGLFORGE_WHEEL_CACHE_REMOTE",
-                             doc="WebDAV URL of the shared wheel cache (http/https)")
-    read_only: bool = key("read-only", "bool", default=False,
-                          env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
-                          doc="read the remote tier, never upload (untrusted jobs)")
+    remote: str | None = key(
+        "remote",
+        default=None,
+        env="SGLFORGE_WHEEL_CACHE_REMOTE",
+        doc="WebDAV URL of the shared wheel cache (http/https)",
+    )
+    read_only: bool = key(
+        "read-only",
+        "bool",
+        default=False,
+        env="SGLFORGE_WHEEL_CACHE_READ_ONLY",
+        doc="read the remote tier, never upload (untrusted jobs)",
+    )
     # a download is capped at its entry's size, and never more than this (builder/wheelcache.py)
-    max_size: int = key("max-size", default=16 << 30, env="SGLFORGE_WHEEL_CACHE_MAX_SIZE",
-                        doc="the largest wheel a remote download may be (e.g. 16GiB)")
-    download_deadline: float = key("download-deadline", "number", default=1800.0,
-                                   env="SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE",
-                                   maximum=86400.0,
-                                   doc="seconds one remote download may take in all")
+    max_size: int = key(
+        "max-size",
+        default=16 << 30,
+        env="SGLFORGE_WHEEL_CACHE_MAX_SIZE",
+        doc="the largest wheel a remote download may be (e.g. 16GiB)",
+    )
+    download_deadline: float = key(
+        "download-deadline",
+        "number",
+        default=1800.0,
+        env="SGLFORGE_WHEEL_CACHE_DOWNLOAD_DEADLINE",
+        maximum=86400.0,
+        doc="seconds one remote download may take in all",
+    )
     __repr__ = _masked_repr
 
 
@@ -138,14 +173,21 @@ SUBSTITUTE_NAME = r"[a-z0-9][a-z0-9._-]*"
 @dataclass(frozen=True)
 class Settings:
     # one declaration per key: TOML name, environment variable, default (tomlfile.key)
-    cache_dir: Path = key("cache-dir", env="SGLFORGE_CACHE_DIR",  # noqa: RUF009
-                          doc="source cache (bare repos, tarballs)")
-    build_root: Path = key("build-root", default=DEFAULT_BUILD_ROOT,  # noqa: RUF009
-                           env="SGLFORGE_BUILD_ROOT", doc="fixed absolute build root")
-    mem_available: int | None = key("mem-available", default=None,
-                                    env="SGLFORGE_MEM_AVAILABLE",
-                                    doc="memory budget of the compile scheduler "
-                                        "(default: /proc/meminfo MemAvailable)")
+    cache_dir: Path = key(
+        "cache-dir", env="SGLFORGE_CACHE_DIR", doc="source cache (bare repos, tarballs)"
+    )
+    build_root: Path = key(
+        "build-root",
+        default=DEFAULT_BUILD_ROOT,
+        env="SGLFORGE_BUILD_ROOT",
+        doc="fixed absolute build root",
+    )
+    mem_available: int | None = key(
+        "mem-available",
+        default=None,
+        env="SGLFORGE_MEM_AVAILABLE",
+        doc="memory budget of the compile scheduler (default: /proc/meminfo MemAvailable)",
+    )
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
     compiler_cache: CompilerCacheSettings = field(default_factory=CompilerCacheSettings)
     wheel_cache: WheelCacheSettings = field(default_factory=WheelCacheSettings)
@@ -160,9 +202,12 @@ class Settings:
 
     def resolve_url(self, url: str) -> str:
         """Apply the longest matching mirror prefix (git's insteadOf rule)."""
-        best = max((m for m in self.mirrors if url.startswith(m.upstream)),
-                   key=lambda m: len(m.upstream), default=None)
-        return url if best is None else best.mirror + url[len(best.upstream):]
+        best = max(
+            (m for m in self.mirrors if url.startswith(m.upstream)),
+            key=lambda m: len(m.upstream),
+            default=None,
+        )
+        return url if best is None else best.mirror + url[len(best.upstream) :]
 
     def git_mirror_args(self) -> list[str]:
         """`-c url.<mirror>.insteadOf=<upstream>` for every mirror, for git commands."""
@@ -201,8 +246,7 @@ def mirror_problem(upstream: str, mirror: str) -> str | None:
 def parse_mirror_option(text: str) -> Mirror:
     upstream, sep, mirror = text.partition("=")
     if not sep or not upstream or not mirror:
-        raise SglforgeError(
-            f"--mirror {mask_url(text)!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
+        raise SglforgeError(f"--mirror {mask_url(text)!r}: expected UPSTREAM_PREFIX=MIRROR_PREFIX")
     problem = mirror_problem(upstream, mirror)
     if problem is not None:
         raise SglforgeError(f"--mirror {mask_url(text)!r}: {problem}")
@@ -243,8 +287,11 @@ class Refused(str):
 
 def _to_kind(raw: Any) -> str:
     text = str(raw)
-    return text if text in ("ccache", "sccache", "none") else Refused(
-        "expected ccache, sccache or none")
+    return (
+        text
+        if text in ("ccache", "sccache", "none")
+        else Refused("expected ccache, sccache or none")
+    )
 
 
 def _to_remote(raw: Any) -> str:
@@ -314,18 +361,31 @@ class SettingsTable:
 
 
 COMPILER_CACHE = SettingsTable(
-    "compiler-cache", CompilerCacheSettings,
+    "compiler-cache",
+    CompilerCacheSettings,
     {"kind": _to_kind, "remote": _to_remote, "read_only": _to_bool, "dir": _to_tool_dir},
-    {"kind": "--compiler-cache", "remote": "--compiler-cache-remote",
-     "read_only": "--compiler-cache-read-only"})
-WHEEL_CACHE = SettingsTable("wheel-cache", WheelCacheSettings,
-                            {"remote": _to_wheel_remote, "read_only": _to_bool,
-                             "max_size": _to_download_size, "download_deadline": _to_seconds})
+    {
+        "kind": "--compiler-cache",
+        "remote": "--compiler-cache-remote",
+        "read_only": "--compiler-cache-read-only",
+    },
+)
+WHEEL_CACHE = SettingsTable(
+    "wheel-cache",
+    WheelCacheSettings,
+    {
+        "remote": _to_wheel_remote,
+        "read_only": _to_bool,
+        "max_size": _to_download_size,
+        "download_deadline": _to_seconds,
+    },
+)
 CACHE_TABLE = COMPILER_CACHE.name
 
 
-def merge_layers(layers: list[tuple[str, Mapping[str, Any]]]
-                 ) -> tuple[dict[str, Any], dict[str, str]]:
+def merge_layers(
+    layers: list[tuple[str, Mapping[str, Any]]],
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The one precedence rule: later layers win; None means "not set here". Returns the
     merged values and, for each, the origin label of the layer it came from."""
     values: dict[str, Any] = {}
@@ -341,16 +401,24 @@ def _shown(raw: Any) -> str:
     return repr(mask_url(str(raw)))
 
 
-def _table_file_layer(reader: TableReader, text: str,
-                      table: SettingsTable) -> tuple[dict[str, Any], bool]:
+def _table_file_layer(
+    reader: TableReader, text: str, table: SettingsTable
+) -> tuple[dict[str, Any], bool]:
     """`table`'s values by field name from the config file, and whether the table is there."""
     data = reader.table(table.name)
     if data is None:
         return {}, False
-    header = next((n for n, line in enumerate(text.splitlines(), 1)
-                   if line.strip().replace(" ", "") == f"[{table.name}]"), 1)
-    sub = TableReader(data, reader.problems, f"[{table.name}]",
-                      locate=lambda k: key_line(text, header, k))
+    header = next(
+        (
+            n
+            for n, line in enumerate(text.splitlines(), 1)
+            if line.strip().replace(" ", "") == f"[{table.name}]"
+        ),
+        1,
+    )
+    sub = TableReader(
+        data, reader.problems, f"[{table.name}]", locate=lambda k: key_line(text, header, k)
+    )
     layer: dict[str, Any] = {}
     for name, raw in read_keys(sub, table.fields).items():
         value = table.convert[name](raw)
@@ -384,21 +452,33 @@ def _table_cli_layer(options: Mapping[str, Any], table: SettingsTable) -> dict[s
         if isinstance(value, Refused):
             raise SglforgeError(f"{table.cli_flags[name]} {_shown(raw)}: {value}")
         if isinstance(value, str) and mask_url(value) != value:
-            print(f"warning: {table.cli_flags[name]} carries a password, which every process "
-                  "on this host (the build's too) can read in /proc/<pid>/cmdline: put the URL "
-                  f"in the user config or {key_specs(table.fields)[name].env}", file=sys.stderr)
+            print(
+                f"warning: {table.cli_flags[name]} carries a password, which every process "
+                "on this host (the build's too) can read in /proc/<pid>/cmdline: put the URL "
+                f"in the user config or {key_specs(table.fields)[name].env}",
+                file=sys.stderr,
+            )
         layer[name] = value
     return layer
 
 
-def _merge_table(table: SettingsTable, file_layer: Mapping[str, Any], config_origin: str,
-                 environ: Mapping[str, str], cli: Mapping[str, Any],
-                 origins: dict[str, str]) -> dict[str, Any]:
+def _merge_table(
+    table: SettingsTable,
+    file_layer: Mapping[str, Any],
+    config_origin: str,
+    environ: Mapping[str, str],
+    cli: Mapping[str, Any],
+    origins: dict[str, str],
+) -> dict[str, Any]:
     """defaults < [table] < its SGLFORGE_* variables < its CLI options; fills `origins`."""
     specs = key_specs(table.fields)
-    values, by_field = merge_layers([(config_origin, file_layer),
-                                     ("env", _table_env_layer(environ, table)),
-                                     ("cli", _table_cli_layer(cli, table))])
+    values, by_field = merge_layers(
+        [
+            (config_origin, file_layer),
+            ("env", _table_env_layer(environ, table)),
+            ("cli", _table_cli_layer(cli, table)),
+        ]
+    )
     for name, origin in by_field.items():
         if origin == "env":
             origin = f"env: {specs[name].env}"
@@ -424,15 +504,21 @@ def _substitutes(reader: TableReader, text: str, path: Path) -> list[Substitute]
     for name, raw in (reader.table("substitutes") or {}).items():
         where = f'[substitutes."{name}"]'
         if not isinstance(name, str) or not re.fullmatch(SUBSTITUTE_NAME, name):
-            reader.error("substitutes", f"{_shown(name)} is not a source name from "
-                                        "lockfiles/upstreams.toml")
+            reader.error(
+                "substitutes", f"{_shown(name)} is not a source name from lockfiles/upstreams.toml"
+            )
             continue
         if not isinstance(raw, dict):
-            reader.error("substitutes", f"{where} must be a table with path and reason, got "
-                                        f"{_shown(raw)}")
+            reader.error(
+                "substitutes", f"{where} must be a table with path and reason, got {_shown(raw)}"
+            )
             continue
-        sub = TableReader(raw, reader.problems, f"config {where}",
-                          locate=lambda k, n=name: _substitute_key_line(text, n, k))
+        sub = TableReader(
+            raw,
+            reader.problems,
+            f"config {where}",
+            locate=lambda k, n=name: _substitute_key_line(text, n, k),
+        )
         directory = sub.str("path", required=True)
         reason = sub.str("reason", required=True)
         sub.finish()
@@ -444,13 +530,13 @@ def _substitutes(reader: TableReader, text: str, path: Path) -> list[Substitute]
         if not Path(directory).is_absolute():
             sub.error("path", f"{directory!r} must be an absolute path")
             continue
-        found.append(Substitute(name, Path(directory), reason.strip(),
-                                f"config: {path}, {where}"))
+        found.append(Substitute(name, Path(directory), reason.strip(), f"config: {path}, {where}"))
     return found
 
 
-def _file_layer(path: Path) -> tuple[dict[str, Any], list[Mirror],
-                                    dict[str, tuple[dict[str, Any], bool]], list[Substitute]]:
+def _file_layer(
+    path: Path,
+) -> tuple[dict[str, Any], list[Mirror], dict[str, tuple[dict[str, Any], bool]], list[Substitute]]:
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "config", locate=lambda k: key_line(text, 1, k))
@@ -490,16 +576,23 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     return layer
 
 
-def _merge_compiler_cache(file_layer: dict[str, Any], present: bool, config_origin: str,
-                          environ: Mapping[str, str], cli: Mapping[str, Any],
-                          origins: dict[str, str]) -> CompilerCacheSettings:
+def _merge_compiler_cache(
+    file_layer: dict[str, Any],
+    present: bool,
+    config_origin: str,
+    environ: Mapping[str, str],
+    cli: Mapping[str, Any],
+    origins: dict[str, str],
+) -> CompilerCacheSettings:
     """The merged table; a table or a remote without `kind` means ccache."""
     values = _merge_table(COMPILER_CACHE, file_layer, config_origin, environ, cli, origins)
     if "kind" not in values and (present or values.get("remote")):
         values["kind"] = "ccache"
         origins[f"{CACHE_TABLE}.kind"] = (
-            f"implied by {origins[CACHE_TABLE + '.remote']}" if values.get("remote")
-            else f"implied by [{CACHE_TABLE}] in {config_origin}")
+            f"implied by {origins[CACHE_TABLE + '.remote']}"
+            if values.get("remote")
+            else f"implied by [{CACHE_TABLE}] in {config_origin}"
+        )
     return CompilerCacheSettings(**values)
 
 
@@ -536,13 +629,19 @@ def load_settings(
     if build_root is not None:
         value = _to_abs_path(build_root)
         if isinstance(value, str):
-            raise SglforgeError(f"build root {build_root} must be an absolute path "
-                                "(builds embed it)")
+            raise SglforgeError(
+                f"build root {build_root} must be an absolute path (builds embed it)"
+            )
         cli_layer["build_root"] = value
     defaults = {"cache_dir": default_cache_dir(environ), "build_root": DEFAULT_BUILD_ROOT}
-    values, by_field = merge_layers([
-        ("default", defaults), (config_origin, file_layer),
-        ("env", _env_layer(environ)), ("cli", cli_layer)])
+    values, by_field = merge_layers(
+        [
+            ("default", defaults),
+            (config_origin, file_layer),
+            ("env", _env_layer(environ)),
+            ("cli", cli_layer),
+        ]
+    )
     origins: dict[str, str] = {}
     specs = key_specs(Settings)
     for name, origin in by_field.items():
@@ -559,24 +658,44 @@ def load_settings(
         mirrors = [m for m in mirrors if m.upstream != mirror.upstream] + [mirror]
         origins[f"mirror {mirror.upstream}"] = "cli: --mirror"
     if path.exists():
-        origins["config-file"] = "--config" if how == "--config" else (
-            f"env: {CONFIG_ENV}" if how else "default")
-    cache = _merge_compiler_cache(*tables.get(CACHE_TABLE, ({}, False)), config_origin,
-                                  environ, compiler_cache or {}, origins)
-    wheel_cache = WheelCacheSettings(**_merge_table(
-        WHEEL_CACHE, tables.get(WHEEL_CACHE.name, ({}, False))[0], config_origin, environ, {},
-        origins))
-    return Settings(**values, mirrors=tuple(mirrors), compiler_cache=cache,
-                    wheel_cache=wheel_cache, substitutes=tuple(substitutes),
-                    config_path=path if path.exists() else None, origins=origins)
+        origins["config-file"] = (
+            "--config" if how == "--config" else (f"env: {CONFIG_ENV}" if how else "default")
+        )
+    cache = _merge_compiler_cache(
+        *tables.get(CACHE_TABLE, ({}, False)), config_origin, environ, compiler_cache or {}, origins
+    )
+    wheel_cache = WheelCacheSettings(
+        **_merge_table(
+            WHEEL_CACHE,
+            tables.get(WHEEL_CACHE.name, ({}, False))[0],
+            config_origin,
+            environ,
+            {},
+            origins,
+        )
+    )
+    return Settings(
+        **values,
+        mirrors=tuple(mirrors),
+        compiler_cache=cache,
+        wheel_cache=wheel_cache,
+        substitutes=tuple(substitutes),
+        config_path=path if path.exists() else None,
+        origins=origins,
+    )
 
 
 def describe_settings(settings: Settings, searched: Path | None = None) -> str:
     """The effective settings, one per line, each with where it came from."""
     rows: list[tuple[str, str, str]] = []
     config = settings.config_path or searched
-    rows.append(("config-file", str(config) if config else "(none)",
-                 settings.origin("config-file") if settings.config_path else "not present"))
+    rows.append(
+        (
+            "config-file",
+            str(config) if config else "(none)",
+            settings.origin("config-file") if settings.config_path else "not present",
+        )
+    )
     for f in fields(Settings):
         spec = key_specs(Settings).get(f.name)
         if spec is None:
@@ -587,8 +706,10 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))
-    for table, values in ((COMPILER_CACHE, settings.compiler_cache),
-                          (WHEEL_CACHE, settings.wheel_cache)):
+    for table, values in (
+        (COMPILER_CACHE, settings.compiler_cache),
+        (WHEEL_CACHE, settings.wheel_cache),
+    ):
         for name, spec in key_specs(table.fields).items():
             value = getattr(values, name)
             if isinstance(value, bool):
@@ -598,8 +719,9 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
             elif isinstance(value, Path) or name == "dir":  # compiler-cache.dir
                 shown = str(value) if value else "<cache-dir>/<kind>"
             else:  # a remote URL may hold a password
-                shown = "(none)" if value is None and name == "remote" else mask_url(
-                    value or "none")
+                shown = (
+                    "(none)" if value is None and name == "remote" else mask_url(value or "none")
+                )
             label = f"{table.name}.{spec.name}"
             rows.append((label, shown, settings.origin(label)))
     width = max(len(r[0]) for r in rows)
@@ -607,8 +729,10 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
     lines = [f"{n:<{width}} = {v:<{value_width}}   ({o})" for n, v, o in rows]
     lines.append("mirrors:" if settings.mirrors else "mirrors: (none)")
     for m in settings.mirrors:
-        lines.append(f"  {mask_url(m.upstream)} -> {mask_url(m.mirror)}   "
-                     f"({settings.origin('mirror ' + m.upstream)})")
+        lines.append(
+            f"  {mask_url(m.upstream)} -> {mask_url(m.mirror)}   "
+            f"({settings.origin('mirror ' + m.upstream)})"
+        )
     if settings.substitutes:
         lines.append("substitutes (pins NOT used; wheels built with them are local-only):")
     for sub in settings.substitutes:

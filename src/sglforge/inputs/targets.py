@@ -50,13 +50,16 @@ def targets_dir(project_root: Path) -> Path:
 def load_target(project_root: Path, name: str) -> Target:
     directory = targets_dir(project_root)
     if not TARGET_NAME.fullmatch(name):
-        raise SglforgeError(f"--target {name!r}: a target name is lowercase letters, digits, "
-                            "'.', '_' or '-'")
+        raise SglforgeError(
+            f"--target {name!r}: a target name is lowercase letters, digits, '.', '_' or '-'"
+        )
     path = directory / f"{name}.toml"
     if not path.is_file():
         known = sorted(p.stem for p in directory.glob("*.toml")) if directory.is_dir() else []
-        raise SglforgeError(f"--target {name}: no {path}", hint="targets: "
-                            + (", ".join(known) or "none (add targets/<name>.toml)"))
+        raise SglforgeError(
+            f"--target {name}: no {path}",
+            hint="targets: " + (", ".join(known) or "none (add targets/<name>.toml)"),
+        )
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "target", locate=lambda key: key_line(text, 1, key))
@@ -69,23 +72,28 @@ def load_target(project_root: Path, name: str) -> Target:
         if not isinstance(table, dict):
             problems.add(f"{where}: expected a table of recipe keys")
             continue
-        sub = TableReader(table, problems, where,
-                          locate=lambda key, r=recipe: _table_line(text, str(r), key))
+        sub = TableReader(
+            table, problems, where, locate=lambda key, r=recipe: _table_line(text, str(r), key)
+        )
         # types here, so a mistake names this file; values are checked as the recipe's
-        checked = {"cuda-archs": sub.str_list("cuda-archs"),
-                   "local-version": sub.str("local-version"),
-                   "env": sub.str_table("env") or None,
-                   "cmake-defines": sub.str_table("cmake-defines") or None,
-                   "config-settings": sub.table("config-settings")}
+        checked = {
+            "cuda-archs": sub.str_list("cuda-archs"),
+            "local-version": sub.str("local-version"),
+            "env": sub.str_table("env") or None,
+            "cmake-defines": sub.str_table("cmake-defines") or None,
+            "config-settings": sub.table("config-settings"),
+        }
         for key in table:
             if key not in OVERRIDABLE:
                 sub.seen.add(key)
-                sub.error(key, f"a target may override only {', '.join(OVERRIDABLE)} (pins, "
-                               "series and the toolchain are the stack's, not the target's)")
+                sub.error(
+                    key,
+                    f"a target may override only {', '.join(OVERRIDABLE)} (pins, "
+                    "series and the toolchain are the stack's, not the target's)",
+                )
         overrides[str(recipe)] = {k: v for k, v in checked.items() if v is not None}
     problems.raise_if_any()
-    return Target(name, path, hashlib.sha256(path.read_bytes()).hexdigest(), description,
-                  overrides)
+    return Target(name, path, hashlib.sha256(path.read_bytes()).hexdigest(), description, overrides)
 
 
 def _table_line(text: str, recipe: str, key: str) -> int | None:
@@ -97,5 +105,7 @@ def _table_line(text: str, recipe: str, key: str) -> int | None:
 def check_recipe_names(target: Target, recipes: list[str]) -> None:
     unknown = sorted(set(target.overrides) - set(recipes))
     if unknown:
-        raise SglforgeError(f"{target.path}: [recipe.{unknown[0]}]: no recipe named "
-                            f"'{unknown[0]}' (recipes: {', '.join(sorted(recipes))})")
+        raise SglforgeError(
+            f"{target.path}: [recipe.{unknown[0]}]: no recipe named "
+            f"'{unknown[0]}' (recipes: {', '.join(sorted(recipes))})"
+        )

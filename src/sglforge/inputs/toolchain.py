@@ -77,34 +77,50 @@ class Toolchain:
     def requirements(self, names: list[str]) -> list[str]:
         """`name==version` lines for `names` (all pins when empty)."""
         wanted = [canonical_name(n) for n in names] or sorted(
-            set(self.build_requires) | ({"torch"} if self.torch else set()))
-        return [f"{n}=={self.pinned_version(n)}" for n in sorted(set(wanted))
-                if self.pinned_version(n)]
-
-
+            set(self.build_requires) | ({"torch"} if self.torch else set())
+        )
+        return [
+            f"{n}=={self.pinned_version(n)}" for n in sorted(set(wanted)) if self.pinned_version(n)
+        ]
 
 
 def load_toolchain(path: Path) -> Toolchain:
     data, text = load_toml(path)
     problems = Problems(path)
     reader = TableReader(data, problems, "toolchain", locate=lambda key: key_line(text, 1, key))
-    cuda = reader.str("cuda", required=True, pattern=MAJOR_MINOR.pattern,
-                      describe="a CUDA release like \"13.0\"")
-    python = reader.str("python", required=True, pattern=MAJOR_MINOR.pattern,
-                        describe="a Python version like \"3.12\"")
+    cuda = reader.str(
+        "cuda", required=True, pattern=MAJOR_MINOR.pattern, describe='a CUDA release like "13.0"'
+    )
+    python = reader.str(
+        "python",
+        required=True,
+        pattern=MAJOR_MINOR.pattern,
+        describe='a Python version like "3.12"',
+    )
     torch = reader.str("torch", pattern=VERSION.pattern, describe="an exact version like 2.13.0")
     torch_index = reader.str("torch-index")
     index = reader.str("index")
     raw = reader.table("build-requires") or {}
     reader.finish()
     build_requires: dict[str, str] = {}
-    header = next((i for i, line in enumerate(text.splitlines(), 1)
-                   if re.match(r"\s*\[\s*build-requires\s*\]", line)), None)
+    header = next(
+        (
+            i
+            for i, line in enumerate(text.splitlines(), 1)
+            if re.match(r"\s*\[\s*build-requires\s*\]", line)
+        ),
+        None,
+    )
     for name, version in raw.items():
-        sub = TableReader({name: version}, problems, "toolchain [build-requires]",
-                          locate=lambda key: key_line(text, header, key) if header else None)
-        value = sub.str(name, pattern=VERSION.pattern,
-                        describe="an exact version (like \"80.9.0\"; no ranges)")
+        sub = TableReader(
+            {name: version},
+            problems,
+            "toolchain [build-requires]",
+            locate=lambda key: key_line(text, header, key) if header else None,
+        )
+        value = sub.str(
+            name, pattern=VERSION.pattern, describe='an exact version (like "80.9.0"; no ranges)'
+        )
         if canonical_name(name) == "torch":
             sub.error(name, "torch is pinned by the top-level 'torch' key")
         elif value:
@@ -132,8 +148,13 @@ def _literals(path: Path) -> dict[str, object]:
     """Top-level `name = <literal>` / `name: T = <literal>` assignments of a Python file."""
     out: dict[str, object] = {}
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        targets = (node.targets if isinstance(node, ast.Assign)
-                   else [node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign) and node.value
+            else []
+        )
         for target in targets:
             if isinstance(target, ast.Name):
                 try:
@@ -163,8 +184,7 @@ def torch_version_file(version_file: Path) -> tuple[str | None, str | None]:
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         values = {}
     version, cuda = values.get("__version__"), values.get("cuda")
-    return (version if isinstance(version, str) else None,
-            cuda if isinstance(cuda, str) else None)
+    return (version if isinstance(version, str) else None, cuda if isinstance(cuda, str) else None)
 
 
 def torch_problem(want: str, have: InstalledTorch) -> str | None:
@@ -176,14 +196,18 @@ def torch_problem(want: str, have: InstalledTorch) -> str | None:
     if dist_public != public or (dist_label and dist_label != label):
         return f"torch: pinned {want}, installed {have.dist_version} (its metadata Version)"
     if not have.version_file.is_file():
-        return (f"torch: pinned {want}, installed {have.dist_version} has no "
-                f"{have.version_file}, so its CUDA variant is unknown (reinstall torch)")
+        return (
+            f"torch: pinned {want}, installed {have.dist_version} has no "
+            f"{have.version_file}, so its CUDA variant is unknown (reinstall torch)"
+        )
     found = f"{have.version_file}: __version__ = {have.version!r}, cuda = {have.cuda!r}"
     if have.version != want:
         return f"torch: pinned {want}, installed {have.version or have.dist_version} ({found})"
     if label.startswith("cu") and (have.cuda or "").replace(".", "") != label[2:]:
-        return (f"torch: pinned {want} (CUDA {label[2:-1]}.{label[-1]}), but the installed "
-                f"build says otherwise ({found})")
+        return (
+            f"torch: pinned {want} (CUDA {label[2:-1]}.{label[-1]}), but the installed "
+            f"build says otherwise ({found})"
+        )
     return None
 
 
@@ -221,8 +245,12 @@ class VersionCache:
         key = json.dumps([str(binary), args, search_path])
         stamp = self.stamp(binary)
         entry = self.entries.get(key)
-        if stamp is not None and isinstance(entry, dict) and entry.get("stamp") == stamp \
-                and isinstance(entry.get("output"), str):
+        if (
+            stamp is not None
+            and isinstance(entry, dict)
+            and entry.get("stamp") == stamp
+            and isinstance(entry.get("output"), str)
+        ):
             return entry["output"]
         self.runs += 1
         proc = subprocess.run([str(binary), *args], capture_output=True, text=True, check=False)
@@ -238,18 +266,22 @@ class VersionCache:
         from sglforge.base.fs import atomic_write_text
 
         try:
-            atomic_write_text(self.path, json.dumps({"format": 1, "entries": self.entries},
-                                                    indent=1, sort_keys=True) + "\n")
+            atomic_write_text(
+                self.path,
+                json.dumps({"format": 1, "entries": self.entries}, indent=1, sort_keys=True) + "\n",
+            )
         except OSError:
             pass  # a read-only cache dir costs the next build a few `--version` runs
         self.changed = False
 
 
-def _version_output(binary: Path, args: list[str], search_path: str | None,
-                    versions: VersionCache | None) -> str:
+def _version_output(
+    binary: Path, args: list[str], search_path: str | None, versions: VersionCache | None
+) -> str:
     if versions is None:
-        return subprocess.run([str(binary), *args], capture_output=True, text=True,
-                              check=False).stdout
+        return subprocess.run(
+            [str(binary), *args], capture_output=True, text=True, check=False
+        ).stdout
     return versions.output(binary, args, search_path)
 
 
@@ -261,8 +293,9 @@ class CudaToolkit:
     version_text: str  # full `nvcc --version` output
 
 
-def find_cuda(toolchain: Toolchain, required: bool = True,
-              versions: VersionCache | None = None) -> CudaToolkit | None:
+def find_cuda(
+    toolchain: Toolchain, required: bool = True, versions: VersionCache | None = None
+) -> CudaToolkit | None:
     """The CUDA toolkit from $CUDA_HOME, /usr/local/cuda or nvcc on PATH; checked vs the pin.
 
     A toolkit that is found must be the pinned release. None is returned only when no nvcc
@@ -281,21 +314,27 @@ def find_cuda(toolchain: Toolchain, required: bool = True,
     if nvcc is None and not required:
         return None
     if nvcc is None:
-        raise SglforgeError("nvcc not found (looked at $CUDA_HOME/bin, /usr/local/cuda/bin, PATH)",
-                            hint=f"install the CUDA {toolchain.cuda} toolkit or set CUDA_HOME")
+        raise SglforgeError(
+            "nvcc not found (looked at $CUDA_HOME/bin, /usr/local/cuda/bin, PATH)",
+            hint=f"install the CUDA {toolchain.cuda} toolkit or set CUDA_HOME",
+        )
     nvcc = nvcc.resolve()
     text = _version_output(nvcc, ["--version"], None, versions)
     match = re.search(r"release ([0-9]+\.[0-9]+)", text)
     release = match.group(1) if match else "unknown"
     if release != toolchain.cuda:
-        raise SglforgeError(f"{toolchain.path}: pins CUDA {toolchain.cuda}, but {nvcc} is "
-                            f"release {release}", hint="set CUDA_HOME to the pinned toolkit")
-    return CudaToolkit(home=nvcc.parent.parent, nvcc=nvcc, release=release,
-                       version_text=text.strip())
+        raise SglforgeError(
+            f"{toolchain.path}: pins CUDA {toolchain.cuda}, but {nvcc} is release {release}",
+            hint="set CUDA_HOME to the pinned toolkit",
+        )
+    return CudaToolkit(
+        home=nvcc.parent.parent, nvcc=nvcc, release=release, version_text=text.strip()
+    )
 
 
-def _first_line(cmd: list[str], search_path: str | None = None,
-                versions: VersionCache | None = None) -> str | None:
+def _first_line(
+    cmd: list[str], search_path: str | None = None, versions: VersionCache | None = None
+) -> str | None:
     binary = shutil.which(cmd[0], path=search_path)
     if not binary:
         return None
@@ -322,10 +361,16 @@ class ToolchainFingerprint:
     torch: str | None = None  # installed torch, when a selected recipe needs it
 
     def as_dict(self) -> dict:
-        return {"cuda": self.cuda, "nvcc": self.nvcc, "compiler": self.compiler,
-                "cmake": self.cmake, "python": self.python, "platform": self.platform,
-                "build_requires": dict(sorted(self.build_requires.items())),
-                "torch": self.torch}
+        return {
+            "cuda": self.cuda,
+            "nvcc": self.nvcc,
+            "compiler": self.compiler,
+            "cmake": self.cmake,
+            "python": self.python,
+            "platform": self.platform,
+            "build_requires": dict(sorted(self.build_requires.items())),
+            "torch": self.torch,
+        }
 
     @property
     def digest(self) -> str:
@@ -334,17 +379,26 @@ class ToolchainFingerprint:
     def summary(self, with_torch: bool) -> dict:
         """The short form stamped into a wheel's provenance."""
         nvcc = re.search(r"V[0-9][0-9.]+", self.nvcc)
-        out = {"cuda": self.cuda, "nvcc": nvcc.group(0) if nvcc else self.nvcc,
-               "compiler": self.compiler, "cmake": self.cmake, "python": self.python,
-               "platform": self.platform}
+        out = {
+            "cuda": self.cuda,
+            "nvcc": nvcc.group(0) if nvcc else self.nvcc,
+            "compiler": self.compiler,
+            "cmake": self.cmake,
+            "python": self.python,
+            "platform": self.platform,
+        }
         if with_torch:
             out["torch"] = self.torch
         return out
 
 
-def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[str],
-                search_path: str | None = None,
-                versions: VersionCache | None = None) -> ToolchainFingerprint:
+def fingerprint(
+    toolchain: Toolchain,
+    cuda: CudaToolkit | None,
+    requires: list[str],
+    search_path: str | None = None,
+    versions: VersionCache | None = None,
+) -> ToolchainFingerprint:
     """Check the build interpreter against the pins for `requires`; fail naming every gap."""
     problems = []
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -376,12 +430,16 @@ def fingerprint(toolchain: Toolchain, cuda: CudaToolkit | None, requires: list[s
             "the build interpreter does not match lockfiles/toolchain.toml:\n"
             + "\n".join(f"  - {p}" for p in problems),
             hint="`nox -s build` installs the pinned build requirements; by hand: "
-                 "pip install -r <(sglforge build-requirements)")
+            "pip install -r <(sglforge build-requirements)",
+        )
     return ToolchainFingerprint(
-        cuda=cuda.release if cuda else "none", nvcc=cuda.version_text if cuda else "none",
+        cuda=cuda.release if cuda else "none",
+        nvcc=cuda.version_text if cuda else "none",
         # builds do not inherit CC/CXX: CMake and nvcc find these on the build PATH
         compiler=_first_line(["c++", "--version"], search_path, versions) or "unknown",
         cmake=_first_line(["cmake", "--version"], search_path, versions),
         python=platform.python_version(),
         platform=f"{platform.system().lower()}-{platform.machine()}",
-        build_requires=found, torch=torch)
+        build_requires=found,
+        torch=torch,
+    )

@@ -29,8 +29,19 @@ from sglforge.patching.gitpaths import MAIL_CONFIG, STRIP, PathsDisagree, check_
 from sglforge.patching.patchformat import PatchFormatError, dep3_commit, patch_format
 from sglforge.patching.series import Backport, Entry, LocalPatch, PatchSeries
 
-STRICT = ["-c", "core.autocrlf=false", "-c", "am.threeWay=false", "-c", "apply.whitespace=nowarn",
-          "-c", "am.keepcr=true", "-c", "commit.gpgSign=false", *MAIL_CONFIG]
+STRICT = [
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "am.threeWay=false",
+    "-c",
+    "apply.whitespace=nowarn",
+    "-c",
+    "am.keepcr=true",
+    "-c",
+    "commit.gpgSign=false",
+    *MAIL_CONFIG,
+]
 MAX_SHOWN_LINES = 12
 
 
@@ -70,8 +81,9 @@ def resolve_entries(series: PatchSeries, settings: Settings) -> list[ResolvedEnt
             try:
                 files = parse_diff(diff)
             except DiffParseError as exc:
-                raise SglforgeError(f"{where}: malformed diff at line {exc.line} of "
-                                    f"{entry.name}: {exc.message}") from None
+                raise SglforgeError(
+                    f"{where}: malformed diff at line {exc.line} of {entry.name}: {exc.message}"
+                ) from None
             if kind == "dep3":
                 info = _dep3_info(diff, where)
         if not files:
@@ -145,8 +157,12 @@ class _SeriesView:
 
 
 class _Content:
-    def __init__(self, lines: list[bytes] | None, file: Path | None = None,
-                 hunks: tuple[list[Hunk], ...] = ()) -> None:
+    def __init__(
+        self,
+        lines: list[bytes] | None,
+        file: Path | None = None,
+        hunks: tuple[list[Hunk], ...] = (),
+    ) -> None:
         self._lines, self._file, self._hunks = lines, file, hunks
         self.unknown = False
 
@@ -194,8 +210,7 @@ def _link_escape(view: _SeriesView, link: str, target: bytes) -> str | None:
     def link_target(path: tuple[str, ...]) -> str | None:
         inner = view.link_target("/".join(path))
         if inner == b"?":
-            raise LinkEscape(f"goes through the symlink {'/'.join(path)}, whose target is "
-                             "unknown")
+            raise LinkEscape(f"goes through the symlink {'/'.join(path)}, whose target is unknown")
         return None if inner is None else os.fsdecode(inner)
 
     def guard(path: tuple[str, ...]) -> None:
@@ -253,22 +268,30 @@ def check_paths(tree: Path, resolved: list[ResolvedEntry]) -> None:
                 continue
             lines = content.lines()
             if lines is None:
-                problems.append(f"{item.where}: symlink {file.new_path!r}: its target cannot be "
-                                "determined from the patch and the tree — refused")
+                problems.append(
+                    f"{item.where}: symlink {file.new_path!r}: its target cannot be "
+                    "determined from the patch and the tree — refused"
+                )
                 continue
             target = b"\n".join(lines)
             reason = _link_escape(view, file.new_path, target)
             if reason:
                 how = _link_change(file, old)
-                problems.append(f"{item.where}: symlink {file.new_path!r} -> "
-                                f"{os.fsdecode(target)!r} points outside the tree ({how}; "
-                                f"{reason})")
+                problems.append(
+                    f"{item.where}: symlink {file.new_path!r} -> "
+                    f"{os.fsdecode(target)!r} points outside the tree ({how}; "
+                    f"{reason})"
+                )
     if not problems:  # (a link refused above would be named twice)
-        problems += [f"{resolved[-1].where if resolved else 'series'}: {p}"
-                     for p in _links_moved_outside(tree, view, upstream_escapes(tree))]
+        problems += [
+            f"{resolved[-1].where if resolved else 'series'}: {p}"
+            for p in _links_moved_outside(tree, view, upstream_escapes(tree))
+        ]
     if problems:
-        raise PatchFailed("refused before anything was written: paths outside the tree:\n"
-                          + "\n".join(f"  - {p}" for p in problems))
+        raise PatchFailed(
+            "refused before anything was written: paths outside the tree:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
 
 
 def tree_links(tree: Path) -> dict[str, bytes]:
@@ -285,12 +308,19 @@ def upstream_escapes(tree: Path) -> dict[str, bytes]:
     """The links upstream itself ships pointing outside its tree (its business, not a patch's):
     path -> target, at the pin."""
     view = _SeriesView(tree)
-    return {path: target for path, target in tree_links(tree).items()
-            if _link_escape(view, path, target)}
+    return {
+        path: target
+        for path, target in tree_links(tree).items()
+        if _link_escape(view, path, target)
+    }
 
 
-def _links_moved_outside(tree: Path, view: _SeriesView, allowed: dict[str, bytes],
-                         when: str = "once the whole series is applied") -> list[str]:
+def _links_moved_outside(
+    tree: Path,
+    view: _SeriesView,
+    allowed: dict[str, bytes],
+    when: str = "once the whole series is applied",
+) -> list[str]:
     """Links that resolve outside once the series is applied although no section retargets
     them: an untouched upstream link (or one an earlier entry made) whose way goes through a
     directory a later section turned into a link (`u -> sub/deep/../../docs` once sub/deep
@@ -303,8 +333,10 @@ def _links_moved_outside(tree: Path, view: _SeriesView, allowed: dict[str, bytes
             continue
         reason = _link_escape(view, path, target)
         if reason:
-            problems.append(f"symlink {path!r} -> {os.fsdecode(target)!r} points outside the "
-                            f"tree {when} ({reason})")
+            problems.append(
+                f"symlink {path!r} -> {os.fsdecode(target)!r} points outside the "
+                f"tree {when} ({reason})"
+            )
     return problems
 
 
@@ -324,8 +356,18 @@ def committed_changes(tree: Path, parent: str) -> list[tuple[str, str, str]]:
     """(path, new mode, new blob) of every path the commit on top of `parent` changed, as git
     recorded it (mode '000000' for a removal): what git did, not what the patch was read to
     say."""
-    raw = git("diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-commit-id", parent, "HEAD",
-              "--", cwd=tree).stdout.split(b"\0")
+    raw = git(
+        "diff-tree",
+        "-r",
+        "-z",
+        "--raw",
+        "--no-renames",
+        "--no-commit-id",
+        parent,
+        "HEAD",
+        "--",
+        cwd=tree,
+    ).stdout.split(b"\0")
     changes = []
     for index in range(0, len(raw) - 1, 2):  # ":<old mode> <new mode> <old> <new> <status>", path
         fields = raw[index].decode().split(" ")
@@ -333,8 +375,9 @@ def committed_changes(tree: Path, parent: str) -> list[tuple[str, str, str]]:
     return changes
 
 
-def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str,
-                        allowed: dict[str, bytes] | None = None) -> None:
+def check_links_in_tree(
+    tree: Path, item: ResolvedEntry, parent: str, allowed: dict[str, bytes] | None = None
+) -> None:
     """After an entry is committed, from what git actually wrote (defence in depth for
     check_paths, which predicts rather than observes): every path the commit changed is one
     the patch was read to name, every symlink it left resolves inside the tree, and so does
@@ -346,15 +389,19 @@ def check_links_in_tree(tree: Path, item: ResolvedEntry, parent: str,
     named = {path for file in item.files for path in file.paths}
     for path, mode, blob in committed_changes(tree, parent):
         if path not in named:
-            raise PatchFailed(f"{item.where}: git changed {path!r}, a path sglforge did not "
-                              "read in the patch — refused")
+            raise PatchFailed(
+                f"{item.where}: git changed {path!r}, a path sglforge did not "
+                "read in the patch — refused"
+            )
         if mode != SYMLINK_MODE:
             continue
         target = git("cat-file", "blob", blob, cwd=tree).stdout  # what a checkout links to
         reason = _link_escape(view, path, target)
         if reason:
-            raise PatchFailed(f"{item.where}: symlink {path!r} -> "
-                              f"{os.fsdecode(target)!r} points outside the tree: {reason}")
+            raise PatchFailed(
+                f"{item.where}: symlink {path!r} -> "
+                f"{os.fsdecode(target)!r} points outside the tree: {reason}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,47 +415,78 @@ def _find(haystack: list[bytes], needle: list[bytes], start: int, hint: int) -> 
     last = len(haystack) - len(needle)
     candidates = range(start, last + 1)
     for pos in sorted(candidates, key=lambda p: (abs(p - hint), p)):
-        if haystack[pos:pos + len(needle)] == needle:
+        if haystack[pos : pos + len(needle)] == needle:
             return pos
     return None
 
 
 def _show(lines: list[bytes], first_number: int, marker: str) -> list[str]:
-    shown = [f"    {marker} {first_number + i:>6} | {line.decode('utf-8', 'replace')}"
-             for i, line in enumerate(lines[:MAX_SHOWN_LINES])]
+    shown = [
+        f"    {marker} {first_number + i:>6} | {line.decode('utf-8', 'replace')}"
+        for i, line in enumerate(lines[:MAX_SHOWN_LINES])
+    ]
     if len(lines) > MAX_SHOWN_LINES:
         shown.append(f"    {marker}        | ... ({len(lines) - MAX_SHOWN_LINES} more)")
     return shown
 
 
-def _explain_hunk(item: ResolvedEntry, file: FilePatch, hunk: Hunk, content: list[bytes],
-                  start: int, hint: int) -> str:
+def _explain_hunk(
+    item: ResolvedEntry, file: FilePatch, hunk: Hunk, content: list[bytes], start: int, hint: int
+) -> str:
     head = [f"{item.where} does not apply:", f"  file: {file.path}", f"  hunk: {hunk.header}"]
     endings = _line_endings_differ(hunk.old_lines, content, start, hint)
     if endings:
-        return "\n".join(head + [(f"  line endings differ: {endings} — refused; convert "
-                                  "the patch back (e.g. dos2unix) or refresh it")])
+        return "\n".join(
+            head
+            + [
+                (
+                    f"  line endings differ: {endings} — refused; convert "
+                    "the patch back (e.g. dos2unix) or refresh it"
+                )
+            ]
+        )
     new_lines = hunk.new_lines
     if new_lines != hunk.old_lines and _find(content, new_lines, 0, hint) is not None:
-        return "\n".join(head + [("  the hunk's result is already in the file (it would only "
-                                  "apply reversed) — refused; drop or refresh the patch")])
+        return "\n".join(
+            head
+            + [
+                (
+                    "  the hunk's result is already in the file (it would only "
+                    "apply reversed) — refused; drop or refresh the patch"
+                )
+            ]
+        )
     for fuzz in (1, 2):
         trimmed, dropped = hunk.context_trimmed(fuzz)
         if _find(content, trimmed, start, hint + dropped) is not None:
-            return "\n".join(head + [
-                (f"  it would apply only with fuzz {fuzz} (context lines differ) — refused; "
-                 f"refresh the patch (`patches refresh`)")])
+            return "\n".join(
+                head
+                + [
+                    (
+                        f"  it would apply only with fuzz {fuzz} (context lines differ) — refused; "
+                        f"refresh the patch (`patches refresh`)"
+                    )
+                ]
+            )
     expected = hunk.old_lines
-    actual = content[hint:hint + len(expected)]
-    differ = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b),
-                  min(len(expected), len(actual)))
-    return "\n".join(head + ["  expected (from the patch):"] + _show(expected, hint + 1, "-")
-                     + ["  actual (in the tree):"] + _show(actual, hint + 1, "+")
-                     + [f"  first difference at line {hint + differ + 1}"])
+    actual = content[hint : hint + len(expected)]
+    differ = next(
+        (i for i, (a, b) in enumerate(zip(expected, actual)) if a != b),
+        min(len(expected), len(actual)),
+    )
+    return "\n".join(
+        head
+        + ["  expected (from the patch):"]
+        + _show(expected, hint + 1, "-")
+        + ["  actual (in the tree):"]
+        + _show(actual, hint + 1, "+")
+        + [f"  first difference at line {hint + differ + 1}"]
+    )
 
 
-def _line_endings_differ(expected: list[bytes], content: list[bytes], start: int,
-                         hint: int) -> str | None:
+def _line_endings_differ(
+    expected: list[bytes], content: list[bytes], start: int, hint: int
+) -> str | None:
     """'the patch has CRLF, the file has LF' (or the reverse) when the hunk matches the tree
     once carriage returns are ignored; None otherwise."""
     bare = [line.removesuffix(b"\r") for line in expected]
@@ -416,7 +494,7 @@ def _line_endings_differ(expected: list[bytes], content: list[bytes], start: int
     if found is None or not expected:
         return None
     patch_cr = sum(line.endswith(b"\r") for line in expected) * 2 > len(expected)
-    region = content[found:found + len(expected)]
+    region = content[found : found + len(expected)]
     file_cr = sum(line.endswith(b"\r") for line in region) * 2 > len(region)
     if patch_cr == file_cr:
         return None
@@ -440,22 +518,29 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
             removed.add(file.old_path)
         if file.is_new:
             if file.path not in removed and (
-                    (tree / file.path).exists() or (tree / file.path).is_symlink()):
-                raise PatchFailed(f"{item.where} does not apply:\n  file: {file.path}\n"
-                                  "  the patch creates it, but it already exists in the tree")
+                (tree / file.path).exists() or (tree / file.path).is_symlink()
+            ):
+                raise PatchFailed(
+                    f"{item.where} does not apply:\n  file: {file.path}\n"
+                    "  the patch creates it, but it already exists in the tree"
+                )
             continue
         if target is None or not (target.is_file() or target.is_symlink()):
-            raise PatchFailed(f"{item.where} does not apply:\n  file: {file.old_path}\n"
-                              "  the patch changes it, but it does not exist in the tree")
+            raise PatchFailed(
+                f"{item.where} does not apply:\n  file: {file.old_path}\n"
+                "  the patch changes it, but it does not exist in the tree"
+            )
         if file.binary or not file.hunks:
             continue
-        content = _split_lines(os.readlink(target).encode() if target.is_symlink()
-                               else target.read_bytes())
+        content = _split_lines(
+            os.readlink(target).encode() if target.is_symlink() else target.read_bytes()
+        )
         position = 0
         offset = 0
         for hunk in file.hunks:
-            hint = (max(hunk.old_start - 1 + offset, 0) if hunk.old_count
-                    else hunk.old_start + offset)
+            hint = (
+                max(hunk.old_start - 1 + offset, 0) if hunk.old_count else hunk.old_start + offset
+            )
             found = _find(content, hunk.old_lines, position, hint)
             if found is None:
                 raise PatchFailed(_explain_hunk(item, file, hunk, content, position, hint))
@@ -469,31 +554,68 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
 
 def _commit_entry(tree: Path, item: ResolvedEntry) -> str:
     if kind_of(item.entry, item.info) == "mbox":
-        proc = git("am", STRIP, "--quiet", "--no-3way", "--keep-cr", "--whitespace=nowarn",
-                   "--committer-date-is-author-date", cwd=tree, input=item.diff, check=False,
-                   config=STRICT, env=COMMITTER)
+        proc = git(
+            "am",
+            STRIP,
+            "--quiet",
+            "--no-3way",
+            "--keep-cr",
+            "--whitespace=nowarn",
+            "--committer-date-is-author-date",
+            cwd=tree,
+            input=item.diff,
+            check=False,
+            config=STRICT,
+            env=COMMITTER,
+        )
     else:
-        proc = git("apply", STRIP, "--index", "--whitespace=nowarn", "-", cwd=tree, input=item.diff,
-                   check=False, config=STRICT)
+        proc = git(
+            "apply",
+            STRIP,
+            "--index",
+            "--whitespace=nowarn",
+            "-",
+            cwd=tree,
+            input=item.diff,
+            check=False,
+            config=STRICT,
+        )
         if proc.returncode == 0:
             info = item.info
-            message = (f"{info.subject}\n\n{info.body}\n\n" if info.body else
-                       f"{info.subject}\n\n")
-            date = info.author_date or git_out("log", "-1", "--format=%cd", "--date=raw",
-                                               cwd=tree)  # DEP-3 without Last-Update
+            message = f"{info.subject}\n\n{info.body}\n\n" if info.body else f"{info.subject}\n\n"
+            date = info.author_date or git_out(
+                "log", "-1", "--format=%cd", "--date=raw", cwd=tree
+            )  # DEP-3 without Last-Update
             if isinstance(item.entry, Backport):
                 backport = item.entry
                 message += f"Backport: {backport.url} {backport.commit}\n"
                 if backport.excludes:
                     message += f"Excluded: {', '.join(backport.excludes)}\n"
-            env = dict(COMMITTER, GIT_AUTHOR_NAME=info.author_name,
-                       GIT_AUTHOR_EMAIL=info.author_email, GIT_AUTHOR_DATE=date,
-                       GIT_COMMITTER_DATE=date)
-            proc = git("commit", "--quiet", "--no-verify", "--allow-empty", "-F", "-",
-                       cwd=tree, input=message.encode(), check=False, config=STRICT, env=env)
+            env = dict(
+                COMMITTER,
+                GIT_AUTHOR_NAME=info.author_name,
+                GIT_AUTHOR_EMAIL=info.author_email,
+                GIT_AUTHOR_DATE=date,
+                GIT_COMMITTER_DATE=date,
+            )
+            proc = git(
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "--allow-empty",
+                "-F",
+                "-",
+                cwd=tree,
+                input=message.encode(),
+                check=False,
+                config=STRICT,
+                env=env,
+            )
     if proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(
-            errors="replace").strip()
+        message = (
+            proc.stderr.decode(errors="replace").strip()
+            or proc.stdout.decode(errors="replace").strip()
+        )
         raise PatchFailed(f"{item.where} does not apply (git): {message}")
     return git_out("rev-parse", "HEAD", cwd=tree)
 
@@ -510,8 +632,10 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
         raise SglforgeError(f"{tree}: not an exported work tree (no .git); run fetch first")
     dirty = git_out("status", "--porcelain", "--untracked-files=no", cwd=tree)
     if dirty:
-        raise SglforgeError(f"{tree}: work tree has uncommitted changes; export it afresh "
-                            f"(`nox -s fetch`):\n{dirty}")
+        raise SglforgeError(
+            f"{tree}: work tree has uncommitted changes; export it afresh "
+            f"(`nox -s fetch`):\n{dirty}"
+        )
     resolved = resolve_entries(series, settings)
     check_paths(tree, resolved)
     start = git_out("rev-parse", "HEAD", cwd=tree)
@@ -528,7 +652,9 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
     except BaseException as exc:
         _restore(tree, start)
         if isinstance(exc, PatchFailed):
-            raise PatchFailed(f"{exc}\nThe work tree {tree} was restored to {start[:12]}; "
-                              f"{len(applied)} of {len(resolved)} entries had applied.") from None
+            raise PatchFailed(
+                f"{exc}\nThe work tree {tree} was restored to {start[:12]}; "
+                f"{len(applied)} of {len(resolved)} entries had applied."
+            ) from None
         raise
     return applied

@@ -19,8 +19,16 @@ from sglforge.patching.series import Backport
 from sglforge.sources.cache import SourceCache
 
 NORMALIZE_CONFIG = [
-    "-c", "core.quotePath=true", "-c", "diff.suppressBlankEmpty=false",
-    "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "diff.relative=false",
+    "-c",
+    "core.quotePath=true",
+    "-c",
+    "diff.suppressBlankEmpty=false",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.relative=false",
 ]
 
 
@@ -33,26 +41,46 @@ class CommitInfo:
     body: str
 
 
-def normalized_diff(git_dir, commit: str) -> bytes:  # noqa: ANN001 - a Path
-    parents = git_out("rev-list", "--parents", "-n", "1", "--end-of-options", commit,
-                      git_dir=git_dir).split()[1:]
+def normalized_diff(git_dir, commit: str) -> bytes:
+    parents = git_out(
+        "rev-list", "--parents", "-n", "1", "--end-of-options", commit, git_dir=git_dir
+    ).split()[1:]
     if not parents:
         raise SglforgeError(f"backport {commit}: a root commit has no parent to diff against")
-    return git("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
-               "--full-index", "--binary", "--src-prefix=a/", "--dst-prefix=b/",
-               "--diff-algorithm=myers", "--end-of-options", parents[0], commit,
-               git_dir=git_dir, config=NORMALIZE_CONFIG).stdout
+    return git(
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--full-index",
+        "--binary",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--diff-algorithm=myers",
+        "--end-of-options",
+        parents[0],
+        commit,
+        git_dir=git_dir,
+        config=NORMALIZE_CONFIG,
+    ).stdout
 
 
-def commit_info(git_dir, commit: str) -> CommitInfo:  # noqa: ANN001
-    raw = git("log", "-1", "--format=%an%x00%ae%x00%ad%x00%s%x00%b", "--date=raw",
-              "--end-of-options", commit,
-              git_dir=git_dir).stdout.decode("utf-8", errors="replace")
+def commit_info(git_dir, commit: str) -> CommitInfo:
+    raw = git(
+        "log",
+        "-1",
+        "--format=%an%x00%ae%x00%ad%x00%s%x00%b",
+        "--date=raw",
+        "--end-of-options",
+        commit,
+        git_dir=git_dir,
+    ).stdout.decode("utf-8", errors="replace")
     name, mail, date, subject, body = raw.split("\0", 4)
     return CommitInfo(name, mail, date, subject, body.strip())
 
 
-def digest_of(git_dir, commit: str) -> str:  # noqa: ANN001
+def digest_of(git_dir, commit: str) -> str:
     return hashlib.sha256(normalized_diff(git_dir, commit)).hexdigest()
 
 
@@ -68,27 +96,40 @@ def resolve_backport(entry: Backport, settings: Settings, where: str) -> Backpor
     """Produce, verify and filter the backport's diff from the cached upstream repository."""
     git_dir = SourceCache(settings.cache_dir).git_dir(entry.url)
     if not has_commit(git_dir, entry.commit):
-        raise SglforgeError(f"{where}: backport commit {entry.commit} from {entry.url} is not in "
-                            "the cache; run `nox -s fetch` first")
+        raise SglforgeError(
+            f"{where}: backport commit {entry.commit} from {entry.url} is not in "
+            "the cache; run `nox -s fetch` first"
+        )
     diff = normalized_diff(git_dir, entry.commit)
     actual = hashlib.sha256(diff).hexdigest()
     if actual != entry.sha256:
         raise SglforgeError(
             f"{where}: backport {entry.url} {entry.commit}: expected sha256 {entry.sha256}, "
             f"got {actual}",
-            hint="the series names the wrong digest or commit; nothing was applied")
+            hint="the series names the wrong digest or commit; nothing was applied",
+        )
     try:
         files = parse_diff(diff)
     except DiffParseError as exc:
-        raise SglforgeError(f"{where}: the diff of backport {entry.commit[:12]} does not parse "
-                            f"at line {exc.line}: {exc.message}") from None
+        raise SglforgeError(
+            f"{where}: the diff of backport {entry.commit[:12]} does not parse "
+            f"at line {exc.line}: {exc.message}"
+        ) from None
     if entry.excludes:
-        unused = [g for g in entry.excludes
-                  if not any(fnmatch.fnmatchcase(p, g) for f in files for p in f.paths)]
+        unused = [
+            g
+            for g in entry.excludes
+            if not any(fnmatch.fnmatchcase(p, g) for f in files for p in f.paths)
+        ]
         if unused:
-            raise SglforgeError(f"{where}: exclude pattern(s) {', '.join(unused)} match no file "
-                                f"of backport {entry.commit[:12]}")
-        files = [f for f in files
-                 if not any(fnmatch.fnmatchcase(p, g) for p in f.paths for g in entry.excludes)]
+            raise SglforgeError(
+                f"{where}: exclude pattern(s) {', '.join(unused)} match no file "
+                f"of backport {entry.commit[:12]}"
+            )
+        files = [
+            f
+            for f in files
+            if not any(fnmatch.fnmatchcase(p, g) for p in f.paths for g in entry.excludes)
+        ]
         diff = render_files(files)
     return BackportDiff(entry, diff, files, commit_info(git_dir, entry.commit))

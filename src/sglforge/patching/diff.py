@@ -94,8 +94,12 @@ class FilePatch:
 
     @property
     def is_rename(self) -> bool:
-        return (not self.copy and self.old_path is not None and self.new_path is not None
-                and self.old_path != self.new_path)
+        return (
+            not self.copy
+            and self.old_path is not None
+            and self.new_path is not None
+            and self.old_path != self.new_path
+        )
 
 
 class DiffParseError(ValueError):
@@ -130,20 +134,29 @@ def unquote(token: str, line: int = 0) -> str:
             raise DiffParseError(line, f"quoted path {token!r} ends in a backslash")
         escape = chr(body[i + 1])
         if escape in "01234567":
-            digits = body[i + 1:i + 4].decode("ascii", "replace")
-            if len(digits) != 3 or any(d not in "01234567" for d in digits) or \
-                    int(digits, 8) > 0o377:
-                raise DiffParseError(line, f"bad octal escape '\\{digits}' in quoted path "
-                                           f"{token!r} (git writes three octal digits per byte)")
+            digits = body[i + 1 : i + 4].decode("ascii", "replace")
+            if (
+                len(digits) != 3
+                or any(d not in "01234567" for d in digits)
+                or int(digits, 8) > 0o377
+            ):
+                raise DiffParseError(
+                    line,
+                    f"bad octal escape '\\{digits}' in quoted path "
+                    f"{token!r} (git writes three octal digits per byte)",
+                )
             out.append(int(digits, 8))
             i += 4
         elif escape in _C_ESCAPES:
             out.append(_C_ESCAPES[escape])
             i += 2
         else:
-            raise DiffParseError(line, f"unknown escape '\\{escape}' in quoted path {token!r} "
-                                       "(git quotes with \\ooo octal bytes and \\a\\b\\t\\n\\v"
-                                       "\\f\\r\\\"\\\\ only)")
+            raise DiffParseError(
+                line,
+                f"unknown escape '\\{escape}' in quoted path {token!r} "
+                "(git quotes with \\ooo octal bytes and \\a\\b\\t\\n\\v"
+                '\\f\\r\\"\\\\ only)',
+            )
     return _no_nul(bytes(out).decode("utf-8", "surrogateescape"), line)
 
 
@@ -173,22 +186,30 @@ def _name(field: str, line: int, *, strip: bool = True) -> str | None:
     if strip and name == "/dev/null":
         return None
     if name.startswith("/"):
-        raise DiffParseError(line, f"file name {name!r} is an absolute path — refused (patches "
-                                   "name files relative to the tree: a/…, b/…)")
+        raise DiffParseError(
+            line,
+            f"file name {name!r} is an absolute path — refused (patches "
+            "name files relative to the tree: a/…, b/…)",
+        )
     if strip:
         if "/" not in name:
-            raise DiffParseError(line, f"file name {name!r} has no leading directory to strip "
-                                       "(git applies patches with -p1: a/…, b/…)")
+            raise DiffParseError(
+                line,
+                f"file name {name!r} has no leading directory to strip "
+                "(git applies patches with -p1: a/…, b/…)",
+            )
         stripped = name.split("/", 1)[1]
     else:
         stripped = name
     path = re.sub(r"/{2,}", "/", stripped)
     if path.startswith("/"):
-        raise DiffParseError(line, f"file name {name!r} is the absolute path {path!r} once its "
-                                   "leading directory is stripped — refused")
+        raise DiffParseError(
+            line,
+            f"file name {name!r} is the absolute path {path!r} once its "
+            "leading directory is stripped — refused",
+        )
     if not path:
-        raise DiffParseError(line, f"file name {name!r} names no file after its leading "
-                                   "directory")
+        raise DiffParseError(line, f"file name {name!r} names no file after its leading directory")
     return path
 
 
@@ -198,8 +219,7 @@ def _mode(text: str, line: int) -> str:
     must see one there too."""
     match = re.match(r"[ \t\r\n\v\f]*([+-]?)([0-7]+)(?=[ \t\r\n]|$)", text)
     if not match:
-        raise DiffParseError(line, f"invalid mode {text[:40]!r} (an octal number such as "
-                                   "100644)")
+        raise DiffParseError(line, f"invalid mode {text[:40]!r} (an octal number such as 100644)")
     value = int(match.group(2), 8)
     value = (-value if match.group(1) == "-" else value) & 0xFFFFFFFF  # C's unsigned int
     kind = value & 0o170000
@@ -228,17 +248,19 @@ def parse_diff(data: bytes) -> list[FilePatch]:
         from unidiff import PatchSet
         from unidiff.errors import UnidiffParseError
     except ImportError:
-        raise SglforgeError("reading patches needs the 'unidiff' package: pip install "
-                            "'unidiff>=1.0,<2' (or run `nox -s patches`, which installs it)"
-                            ) from None
+        raise SglforgeError(
+            "reading patches needs the 'unidiff' package: pip install "
+            "'unidiff>=1.0,<2' (or run `nox -s patches`, which installs it)"
+        ) from None
 
     text = data.decode("utf-8", "surrogateescape")
     lines = text.split("\n")
     lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     # unidiff's header patterns end in `$` and miss CR-terminated lines (a deletion then reads
     # as 'Target without source'); it gets LF lines, and _hunk puts each line's CR back.
-    reader = _Counted([line.removesuffix("\r\n") + "\n" if line.endswith("\r\n") else line
-                       for line in lines])
+    reader = _Counted(
+        [line.removesuffix("\r\n") + "\n" if line.endswith("\r\n") else line for line in lines]
+    )
     try:
         patch_set = PatchSet(reader)
     except UnidiffParseError as exc:
@@ -261,9 +283,13 @@ def _start(patched) -> int:  # unidiff.PatchedFile
     return patched.diff_line_no - 1  # a plain diff: unidiff counts from the '+++' line
 
 
-def _file_patch(patched, lines: list[str], start: int,  # patched: unidiff's PatchedFile
-                end: int) -> FilePatch:
-    section = lines[start - 1:end - 1]
+def _file_patch(
+    patched,
+    lines: list[str],
+    start: int,  # patched: unidiff's PatchedFile
+    end: int,
+) -> FilePatch:
+    section = lines[start - 1 : end - 1]
     result = FilePatch(None, None, line=start)
     result.raw = "".join(section).encode("utf-8", "surrogateescape")
     if section and section[0].startswith("diff --git "):
@@ -322,24 +348,40 @@ def _read_git_header(result: FilePatch, section: list[str], start: int) -> None:
             break
     # git refuses a section whose ---/+++ names disagree with its header; so does sglforge,
     # so that the paths checked are the paths git writes.
-    for seen, expected, side in ((old_name, result.old_path, "old"),
-                                 (new_name, result.new_path, "new")):
+    for seen, expected, side in (
+        (old_name, result.old_path, "old"),
+        (new_name, result.new_path, "new"),
+    ):
         if seen is not None and seen[1] != expected:
-            raise DiffParseError(seen[0], f"inconsistent {side} file name {seen[1]!r} "
-                                          f"(the diff header says {expected!r})")
+            raise DiffParseError(
+                seen[0],
+                f"inconsistent {side} file name {seen[1]!r} (the diff header says {expected!r})",
+            )
 
 
 def _hunk(hunk, lines: list[str]) -> Hunk:  # unidiff.Hunk
     body = [line for line in hunk if line.line_type in ("+", "-", " ")]
-    header = (lines[body[0].diff_line_no - 2].rstrip("\r\n") if body else
-              f"@@ -{hunk.source_start},{hunk.source_length} "
-              f"+{hunk.target_start},{hunk.target_length} @@")
+    header = (
+        lines[body[0].diff_line_no - 2].rstrip("\r\n")
+        if body
+        else f"@@ -{hunk.source_start},{hunk.source_length} "
+        f"+{hunk.target_start},{hunk.target_length} @@"
+    )
     return Hunk(
-        old_start=hunk.source_start, old_count=hunk.source_length,
-        new_start=hunk.target_start, new_count=hunk.target_length, header=header,
-        lines=[(line.line_type + line.value.removesuffix("\n")
+        old_start=hunk.source_start,
+        old_count=hunk.source_length,
+        new_start=hunk.target_start,
+        new_count=hunk.target_length,
+        header=header,
+        lines=[
+            (
+                line.line_type
+                + line.value.removesuffix("\n")
                 + ("\r" if lines[line.diff_line_no - 1].endswith("\r\n") else "")
-                ).encode("utf-8", "surrogateescape") for line in body])
+            ).encode("utf-8", "surrogateescape")
+            for line in body
+        ],
+    )
 
 
 def render_files(files: list[FilePatch]) -> bytes:

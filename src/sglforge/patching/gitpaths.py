@@ -45,8 +45,14 @@ def _numstat(diff: bytes, reverse: bool, scratch: Path) -> list[str]:
     args = ["apply", STRIP, "--numstat", "-z"] + (["-R"] if reverse else [])
     # Outside any repository (a prefix would change the names), nothing is touched: --numstat
     # only reads the patch.
-    proc = git(*args, "-", cwd=scratch, input=diff, check=False,
-               env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
+    proc = git(
+        *args,
+        "-",
+        cwd=scratch,
+        input=diff,
+        check=False,
+        env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)},
+    )
     if proc.returncode != 0:
         message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise PathsDisagree(f"git cannot read the patch: {message[0] if message else '?'}")
@@ -77,39 +83,62 @@ def mail_patch(mbox: bytes) -> bytes:
         work = Path(tmp)
         (work / "mail").write_bytes(mbox)
         (work / "split").mkdir()
-        split = git(*MAIL_CONFIG, "mailsplit", "--keep-cr", f"-o{work / 'split'}", "--",
-                    str(work / "mail"), cwd=work, check=False)
+        split = git(
+            *MAIL_CONFIG,
+            "mailsplit",
+            "--keep-cr",
+            f"-o{work / 'split'}",
+            "--",
+            str(work / "mail"),
+            cwd=work,
+            check=False,
+        )
         messages = sorted((work / "split").iterdir())
         if split.returncode != 0 or not messages:
             raise PathsDisagree("git am finds no mail in it")
         if len(messages) != 1:
-            raise PathsDisagree(f"git am would read {len(messages)} messages from it, not one "
-                                "(a line starting with 'From ' splits an mbox)")
-        info = git(*MAIL_CONFIG, "mailinfo", str(work / "msg"), str(work / "patch"),
-                   cwd=work, input=messages[0].read_bytes(), check=False)
+            raise PathsDisagree(
+                f"git am would read {len(messages)} messages from it, not one "
+                "(a line starting with 'From ' splits an mbox)"
+            )
+        info = git(
+            *MAIL_CONFIG,
+            "mailinfo",
+            str(work / "msg"),
+            str(work / "patch"),
+            cwd=work,
+            input=messages[0].read_bytes(),
+            check=False,
+        )
         if info.returncode != 0:
-            raise PathsDisagree("git mailinfo cannot read the mail: "
-                                + info.stderr.decode("utf-8", "replace").strip()[:200])
+            raise PathsDisagree(
+                "git mailinfo cannot read the mail: "
+                + info.stderr.decode("utf-8", "replace").strip()[:200]
+            )
         patch = (work / "patch").read_bytes()
     if not mbox.endswith(patch):
-        raise PathsDisagree("the patch git am would apply is not the text of the file (a "
-                            "transfer-encoded or multipart mail): write it with `git "
-                            "format-patch` as plain text")
+        raise PathsDisagree(
+            "the patch git am would apply is not the text of the file (a "
+            "transfer-encoded or multipart mail): write it with `git "
+            "format-patch` as plain text"
+        )
     return patch
 
 
 def check_names(files: list[FilePatch], diff: bytes) -> None:
     """Refuse `diff` unless git reads exactly the file names sglforge read into `files`."""
     theirs = git_names(diff)
-    ours = [GitNames(f.new_path or f.old_path or "", f.old_path or f.new_path or "")
-            for f in files]
+    ours = [GitNames(f.new_path or f.old_path or "", f.old_path or f.new_path or "") for f in files]
     if len(theirs) != len(ours):
-        raise PathsDisagree(f"git reads {len(theirs)} file sections where sglforge reads "
-                            f"{len(ours)}: refused (paths are checked only where git reads "
-                            "them)")
+        raise PathsDisagree(
+            f"git reads {len(theirs)} file sections where sglforge reads "
+            f"{len(ours)}: refused (paths are checked only where git reads "
+            "them)"
+        )
     for number, (git_side, our_side, file) in enumerate(zip(theirs, ours, files), 1):
         if git_side != our_side:
             raise PathsDisagree(
                 f"file section {number} (line {file.line}): git writes {git_side.writes!r} "
                 f"and reads {git_side.reads!r}, sglforge read {our_side.writes!r} and "
-                f"{our_side.reads!r}: refused (paths are checked only where git writes them)")
+                f"{our_side.reads!r}: refused (paths are checked only where git writes them)"
+            )

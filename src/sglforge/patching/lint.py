@@ -26,7 +26,9 @@ from sglforge.patching.diff import DiffParseError, parse_diff
 from sglforge.patching.patchformat import PatchFormatError, patch_format
 from sglforge.patching.series import PATCH_NAME, LocalPatch, parse_series
 
-ORIGIN = re.compile(r"^(?:(upstream|backport|vendor|other)(?:,\s*\S.*)?|https?://\S+|commit:[0-9a-f]{7,40})$")
+ORIGIN = re.compile(
+    r"^(?:(upstream|backport|vendor|other)(?:,\s*\S.*)?|https?://\S+|commit:[0-9a-f]{7,40})$"
+)
 FORWARDED = re.compile(r"^(?:no|not-needed|yes|https?://\S+)$")
 NUMBERED = re.compile(r"^(\d{4})-[a-z0-9][a-z0-9.+-]*\.patch$")
 STALE_DAYS = 365
@@ -57,16 +59,20 @@ def lint_patch(patch: LocalPatch, where: str, today: dt.date) -> list[Finding]:
     if not description:
         error("missing Description (or Subject): say what the patch does and why")
     elif "Description" not in fields:
-        hint("only a Subject: add a Description saying why the patch exists and when it can "
-             "be dropped")
+        hint(
+            "only a Subject: add a Description saying why the patch exists and when it can "
+            "be dropped"
+        )
     elif len(fields["Description"]) < 20:
         hint("Description is terse; say why the patch exists and when it can be dropped")
     origin = fields.get("Origin")
     if not origin:
         error("missing Origin (upstream|backport|vendor|other, URL or commit:<id>)")
     elif not ORIGIN.match(origin):
-        error(f"Origin {origin!r} is not 'upstream|backport|vendor|other[, URL]', a URL or "
-              "commit:<id>")
+        error(
+            f"Origin {origin!r} is not 'upstream|backport|vendor|other[, URL]', a URL or "
+            "commit:<id>"
+        )
     forwarded = fields.get("Forwarded")
     if not forwarded:
         error("missing Forwarded (no | not-needed | URL of the upstream PR)")
@@ -90,15 +96,18 @@ def lint_patch(patch: LocalPatch, where: str, today: dt.date) -> list[Finding]:
         except ValueError:
             error(f"Last-Update {last_update!r} is not a date (YYYY-MM-DD)")
     if fields.get("Applied-Upstream"):
-        hint(f"Applied-Upstream: {fields['Applied-Upstream']} — drop this patch when the pin "
-             "moves past it")
+        hint(
+            f"Applied-Upstream: {fields['Applied-Upstream']} — drop this patch when the pin "
+            "moves past it"
+        )
     if not NUMBERED.match(patch.name):
         hint("name is not NNNN-lowercase-slug.patch")
     return findings
 
 
-def lint_project(project: Project, lock: Lockfile, names: list[str] | None,
-                 today: dt.date | None = None) -> list[Finding]:
+def lint_project(
+    project: Project, lock: Lockfile, names: list[str] | None, today: dt.date | None = None
+) -> list[Finding]:
     today = today or dt.date.today()
     findings: list[Finding] = []
     targets = names or [p.name for p in lock.upstreams()]
@@ -123,8 +132,13 @@ def lint_project(project: Project, lock: Lockfile, names: list[str] | None,
             listed = {e.name for e in series.entries}
             for file in sorted(path.parent.iterdir()):
                 if PATCH_NAME.fullmatch(file.name) and file.name not in listed:
-                    findings.append(Finding(f"{rel.parent}/{file.name}", HINT,
-                                            "not listed in series (never applied)"))
+                    findings.append(
+                        Finding(
+                            f"{rel.parent}/{file.name}",
+                            HINT,
+                            "not listed in series (never applied)",
+                        )
+                    )
     for path, upstream, message in recipe_hints(project.recipes_dir):
         if names and upstream not in names:
             continue
@@ -138,6 +152,9 @@ def render_findings(findings: list[Finding]) -> str:
     hints = [f for f in findings if f.level == HINT]
     lines = [f"errors ({len(errors)}):"] + [f"  {f.check}: {f.message}" for f in errors]
     lines += [f"hints ({len(hints)}):"] + [f"  {f.check}: {f.message}" for f in hints]
-    lines.append("lint: " + ("FAILED" if errors else "ok") +
-                 f" — {len(errors)} error(s), {len(hints)} hint(s)")
+    lines.append(
+        "lint: "
+        + ("FAILED" if errors else "ok")
+        + f" — {len(errors)} error(s), {len(hints)} hint(s)"
+    )
     return "\n".join(lines)

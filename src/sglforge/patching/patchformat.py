@@ -20,9 +20,23 @@ from sglforge.base.errors import SglforgeError
 MBOX_FIRST_LINE = re.compile(rb"^From [0-9a-f]{40}(?:[0-9a-f]{24})? ")  # SHA-1 or SHA-256 ids
 FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]*(.*)$")
 # DEP-3 field names (case-insensitive, as in RFC 2822), spelled as DEP-3 spells them.
-DEP3_NAMES = {name.lower(): name for name in (
-    "Description", "Subject", "Origin", "Bug", "Forwarded", "Author", "From", "Reviewed-by",
-    "Acked-by", "Last-Update", "Applied-Upstream", "Signed-off-by")}
+DEP3_NAMES = {
+    name.lower(): name
+    for name in (
+        "Description",
+        "Subject",
+        "Origin",
+        "Bug",
+        "Forwarded",
+        "Author",
+        "From",
+        "Reviewed-by",
+        "Acked-by",
+        "Last-Update",
+        "Applied-Upstream",
+        "Signed-off-by",
+    )
+}
 DIFF_START = ("--- ", "diff ", "Index: ", "===", "+++ ")
 
 
@@ -51,7 +65,8 @@ def patch_format(data: bytes) -> str:
     raise PatchFormatError(
         f"unknown patch format (first line {shown!r}): expected a `git format-patch` mbox "
         "(first line 'From <40-hex commit> <date>') or a DEP-3 patch (first line a DEP-3 "
-        "field such as 'Description:', 'Subject:', 'Author:' or 'From:')")
+        "field such as 'Description:', 'Subject:', 'Author:' or 'From:')"
+    )
 
 
 def dep3_fields(data: bytes) -> dict[str, str]:
@@ -85,22 +100,26 @@ def dep3_commit(data: bytes, fallback_date: str) -> tuple[str, str, str, str]:
     fields = dep3_fields(data)
     text = fields.get("Description") or fields.get("Subject")
     if not text or not text.strip():
-        raise PatchFormatError("DEP-3 patch without Description or Subject: nothing to use as "
-                               "the commit message")
+        raise PatchFormatError(
+            "DEP-3 patch without Description or Subject: nothing to use as the commit message"
+        )
     author = fields.get("Author") or fields.get("From")
     name, mail = email.utils.parseaddr(author or "")
     if not author or not mail or "@" not in mail:
-        raise PatchFormatError("DEP-3 patch without a usable Author (or From) field "
-                               f"('Name <email>'), got {author!r}")
+        raise PatchFormatError(
+            f"DEP-3 patch without a usable Author (or From) field ('Name <email>'), got {author!r}"
+        )
     date = fallback_date
     try:
-        date = dt.date.fromisoformat(fields.get("Last-Update", "")).isoformat() + \
-            "T00:00:00+0000"
+        date = dt.date.fromisoformat(fields.get("Last-Update", "")).isoformat() + "T00:00:00+0000"
     except ValueError:
         pass
     summary, _, body = text.strip().partition("\n")
-    trailers = [f"{key}: {value}" for key, value in fields.items()
-                if key not in ("Description", "Subject", "Author", "From") and "\n" not in value]
+    trailers = [
+        f"{key}: {value}"
+        for key, value in fields.items()
+        if key not in ("Description", "Subject", "Author", "From") and "\n" not in value
+    ]
     message = summary.strip() + "\n\n"
     if body.strip():
         message += body.strip() + "\n\n"

@@ -25,19 +25,28 @@ from sglforge.base.buildroot import BuildRoot
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import atomic_write_bytes, remove_tree
 from sglforge.base.git import COMMITTER, git, git_out, rev
-from sglforge.inputs.pins import FULL_SHA, Lockfile, rewrite_pin
+from sglforge.inputs.pins import FULL_SHA, Lockfile, Pin, rewrite_pin
 from sglforge.inputs.project import Project
 from sglforge.inputs.settings import Settings
 from sglforge.patching.apply import STRICT, PatchFailed, ResolvedEntry, apply_series, check_hunks
 from sglforge.patching.backport import resolve_backport
 from sglforge.patching.gitpaths import STRIP
-from sglforge.patching.series import Backport, LocalPatch, backport_wants, load_series
+from sglforge.patching.series import Backport, LocalPatch, PatchSeries, backport_wants, load_series
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import GitWant, fetch_commit, fetch_sources, gitlinks
 
-FORMAT_PATCH = ["format-patch", "-1", "--stdout", "--zero-commit", "--no-signature",
-                "--full-index", "--no-renames", "--src-prefix=a/", "--dst-prefix=b/"]
+FORMAT_PATCH = [
+    "format-patch",
+    "-1",
+    "--stdout",
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-renames",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+]
 
 
 @dataclass
@@ -75,8 +84,16 @@ def _replay(tree: Path, commit: str) -> str | None:
     if git("diff", "--cached", "--quiet", cwd=tree, check=False).returncode == 0:
         git("reset", "--quiet", "--hard", "HEAD", cwd=tree)
         return None
-    git("commit", "--quiet", "--no-verify", "-C", commit, cwd=tree, config=STRICT,
-        env=_commit_env(tree, commit))
+    git(
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "-C",
+        commit,
+        cwd=tree,
+        config=STRICT,
+        env=_commit_env(tree, commit),
+    )
     return git_out("rev-parse", "HEAD", cwd=tree)
 
 
@@ -91,8 +108,9 @@ def _strictly_failing_files(tree: Path, item: ResolvedEntry) -> list[str]:
     return failing
 
 
-def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[str],
-                    onto: str, number: int) -> tuple[Backport | None, str, bytes]:
+def _split_backport(
+    tree: Path, item: ResolvedEntry, picked: str, failing: list[str], onto: str, number: int
+) -> tuple[Backport | None, str, bytes]:
     """Returns (narrowed backport or None when no file still applies, patch name, patch)."""
     # Rewrite the merged backport commit as (strict backport minus `failing`) + resolution.
     entry = item.entry
@@ -103,10 +121,26 @@ def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[
     kept = [f for f in item.files if f.path not in failing]
     if kept:
         diff = b"".join(f.raw for f in kept)
-        git("apply", STRIP, "--index", "--whitespace=nowarn", "-", cwd=tree, input=diff,
-            config=STRICT)
-        git("commit", "--quiet", "--no-verify", "-C", picked, cwd=tree, config=STRICT,
-            env=_commit_env(tree, picked))
+        git(
+            "apply",
+            STRIP,
+            "--index",
+            "--whitespace=nowarn",
+            "-",
+            cwd=tree,
+            input=diff,
+            config=STRICT,
+        )
+        git(
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "-C",
+            picked,
+            cwd=tree,
+            config=STRICT,
+            env=_commit_env(tree, picked),
+        )
     git("read-tree", "--reset", "-u", picked, cwd=tree)  # index + files = the merged result
     today = dt.date.today().isoformat()
     name = f"{number:04d}-resolve-backport-{entry.commit[:12]}.patch"
@@ -114,13 +148,27 @@ def _split_backport(tree: Path, item: ResolvedEntry, picked: str, failing: list[
         f"Our resolution of the files of upstream commit {entry.commit} that do not apply "
         f"strictly to {onto}: {', '.join(failing)}. The backport entry excludes them. Drop "
         f"this patch together with the backport once the pin contains {entry.commit[:12]}.",
-        width=88, initial_indent="Description: ", subsequent_indent=" ")
-    message = (f"Resolve backport {entry.commit[:12]} onto {onto[:12]}\n\n{description}\n"
-               f"Origin: backport, {entry.url}/commit/{entry.commit}\n"
-               f"Forwarded: not-needed\nLast-Update: {today}\n")
-    git("commit", "--quiet", "--no-verify", "-m", message, cwd=tree, config=STRICT,
-        env=dict(COMMITTER, GIT_AUTHOR_NAME="sglforge refresh",
-                 GIT_AUTHOR_EMAIL="sglforge@localhost"))
+        width=88,
+        initial_indent="Description: ",
+        subsequent_indent=" ",
+    )
+    message = (
+        f"Resolve backport {entry.commit[:12]} onto {onto[:12]}\n\n{description}\n"
+        f"Origin: backport, {entry.url}/commit/{entry.commit}\n"
+        f"Forwarded: not-needed\nLast-Update: {today}\n"
+    )
+    git(
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "-m",
+        message,
+        cwd=tree,
+        config=STRICT,
+        env=dict(
+            COMMITTER, GIT_AUTHOR_NAME="sglforge refresh", GIT_AUTHOR_EMAIL="sglforge@localhost"
+        ),
+    )
     patch = git(*FORMAT_PATCH, "HEAD", cwd=tree).stdout
     return (narrowed if kept else None), name, patch
 
@@ -168,9 +216,16 @@ def abort_refresh(settings: Settings, upstream: str) -> str:
     return f"aborted the refresh of {upstream}; patches/ and the lockfile were never changed"
 
 
-def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | None,
-                   settings: Settings, *, offline: bool = False,
-                   resume: bool = False) -> RefreshResult:
+def refresh_series(
+    project: Project,
+    lock: Lockfile,
+    upstream: str,
+    onto: str | None,
+    settings: Settings,
+    *,
+    offline: bool = False,
+    resume: bool = False,
+) -> RefreshResult:
     """Start a refresh onto `onto`, or (`resume`) continue one that stopped on a conflict."""
     pin = lock.get(upstream)
     if not pin.is_git or pin.parent is not None:
@@ -179,50 +234,126 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
     workdir = refresh_workdir(settings, upstream)
     state = RefreshState.load(workdir)
     if resume:
-        if state is None:
-            raise SglforgeError(f"no refresh of {upstream} to continue ({workdir})")
-        if state.series_digest != series.digest or state.old != pin.commit:
-            raise SglforgeError(f"the series or pin of {upstream} changed since the refresh "
-                                "started; run `patches refresh --abort` and start again")
         tree = workdir
-        onto = state.onto
+        state = _resumed_state(state, pin, series, workdir)
     else:
-        if state is not None:
-            raise SglforgeError(f"a refresh of {upstream} onto {state.onto[:12]} is in progress "
-                                f"in {workdir}",
-                                hint="finish it with `patches refresh UPSTREAM --continue` or "
-                                     "drop it with `patches refresh UPSTREAM --abort`")
-        if not onto or not FULL_SHA.fullmatch(onto):
-            raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
-        fetch_sources(lock, [upstream], settings, offline=offline,
-                              extra=backport_wants([series]), with_children=False)
-        cache = SourceCache(settings.cache_dir)
-        # A wrong --onto is the caller's mistake, not the pin's: say so.
-        try:
-            with cache.locked():
-                fetched = fetch_commit(
-                    cache, GitWant(pin.url, onto, f"{upstream}"), settings, offline,
-                    hint=f"--onto must name a commit of {pin.url}; "
-                         "patches/ and the lockfile were not changed")
-        except SglforgeError as exc:
-            raise SglforgeError(f"--onto {onto}: {exc.args[0]}", hint=exc.hint) from None
-        if fetched == "missing":
-            raise SglforgeError(f"--onto {onto}: offline, and {upstream} commit {onto} is not "
-                                "in the cache")
-        tree = export_source(lock, upstream, workdir, settings,
-                                     with_submodules=False).path
-        apply_series(tree, series, settings)  # import: strict, on the old pin
-        git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
-        git("checkout", "--quiet", "--detach", rev(onto), cwd=tree)
-        numbers = [int(e.name[:4]) for e in series.entries
-                   if isinstance(e, LocalPatch) and e.name[:4].isdigit()]
-        state = RefreshState(upstream, pin.commit, onto, series.digest,
-                             next_number=max(numbers, default=0) + 1)
+        _check_none_in_progress(state, upstream, workdir)
+        onto = _checked_onto(onto)
+        _fetch_onto(lock, pin, series, onto, settings, offline)
+        tree = _import_series(lock, upstream, series, onto, settings, workdir)
+        state = _new_state(pin, series, onto)
         state.save(tree)
+    _rebase_series(project, series, state, settings, tree)
+    result = RefreshResult(upstream, pin.commit, state.onto, list(state.lines))
+    _export(project, lock, series, state, settings, result)
+    remove_tree(workdir)
+    return result
 
-    old_commits = git_out("rev-list", "--reverse", "--end-of-options",
-                          f"{pin.commit}..patch-queue/old",
-                          cwd=tree).split()
+
+def _resumed_state(
+    state: RefreshState | None, pin: Pin, series: PatchSeries, workdir: Path
+) -> RefreshState:
+    """The stopped refresh to continue, which must have started from this series and pin."""
+    if state is None:
+        raise SglforgeError(f"no refresh of {pin.name} to continue ({workdir})")
+    if state.series_digest != series.digest or state.old != pin.commit:
+        raise SglforgeError(
+            f"the series or pin of {pin.name} changed since the refresh "
+            "started; run `patches refresh --abort` and start again"
+        )
+    return state
+
+
+def _check_none_in_progress(state: RefreshState | None, upstream: str, workdir: Path) -> None:
+    if state is not None:
+        raise SglforgeError(
+            f"a refresh of {upstream} onto {state.onto[:12]} is in progress in {workdir}",
+            hint="finish it with `patches refresh UPSTREAM --continue` or "
+            "drop it with `patches refresh UPSTREAM --abort`",
+        )
+
+
+def _checked_onto(onto: str | None) -> str:
+    if not onto or not FULL_SHA.fullmatch(onto):
+        raise SglforgeError(f"--onto {onto!r}: give the full 40-hex commit id of the new pin")
+    return onto
+
+
+def _fetch_onto(
+    lock: Lockfile,
+    pin: Pin,
+    series: PatchSeries,
+    onto: str,
+    settings: Settings,
+    offline: bool,
+) -> None:
+    """The old pin, the series' backports and the commit `onto` into the source cache."""
+    upstream = pin.name
+    fetch_sources(
+        lock,
+        [upstream],
+        settings,
+        offline=offline,
+        extra=backport_wants([series]),
+        with_children=False,
+    )
+    cache = SourceCache(settings.cache_dir)
+    # A wrong --onto is the caller's mistake, not the pin's: say so.
+    try:
+        with cache.locked():
+            fetched = fetch_commit(
+                cache,
+                GitWant(pin.url, onto, f"{upstream}"),
+                settings,
+                offline,
+                hint=f"--onto must name a commit of {pin.url}; "
+                "patches/ and the lockfile were not changed",
+            )
+    except SglforgeError as exc:
+        raise SglforgeError(f"--onto {onto}: {exc.args[0]}", hint=exc.hint) from None
+    if fetched == "missing":
+        raise SglforgeError(
+            f"--onto {onto}: offline, and {upstream} commit {onto} is not in the cache"
+        )
+
+
+def _import_series(
+    lock: Lockfile,
+    upstream: str,
+    series: PatchSeries,
+    onto: str,
+    settings: Settings,
+    workdir: Path,
+) -> Path:
+    """Step 1: the series applied strictly on the old pin (branch patch-queue/old), and the
+    scratch tree checked out at `onto`; returns the tree."""
+    tree = export_source(lock, upstream, workdir, settings, with_submodules=False).path
+    apply_series(tree, series, settings)  # import: strict, on the old pin
+    git("branch", "--quiet", "-f", "patch-queue/old", "HEAD", cwd=tree)
+    git("checkout", "--quiet", "--detach", rev(onto), cwd=tree)
+    return tree
+
+
+def _new_state(pin: Pin, series: PatchSeries, onto: str) -> RefreshState:
+    """A refresh's state before its first entry; new local patches number after the last."""
+    numbers = [
+        int(e.name[:4])
+        for e in series.entries
+        if isinstance(e, LocalPatch) and e.name[:4].isdigit()
+    ]
+    return RefreshState(
+        pin.name, pin.commit, onto, series.digest, next_number=max(numbers, default=0) + 1
+    )
+
+
+def _rebase_series(
+    project: Project, series: PatchSeries, state: RefreshState, settings: Settings, tree: Path
+) -> None:
+    """Step 2: replay each entry not yet rebased onto `state.onto`, one at a time, recording
+    each in the state (saved after every entry)."""
+    old_commits = git_out(
+        "rev-list", "--reverse", "--end-of-options", f"{state.old}..patch-queue/old", cwd=tree
+    ).split()
     for index in range(state.next_index, len(series.entries)):
         entry = series.entries[index]
         where = series.where(entry)
@@ -230,55 +361,79 @@ def refresh_series(project: Project, lock: Lockfile, upstream: str, onto: str | 
         if isinstance(entry, Backport):
             backport = resolve_backport(entry, settings, where)
             item = ResolvedEntry(entry, where, backport.diff, backport.files, backport.info)
-        if state.pending and state.pending["index"] == index:
-            failing = state.pending["failing"]
-            picked = _finish_by_hand(tree, old_commits[index], where)
-        else:
-            failing = _strictly_failing_files(tree, item) if item else []
-            try:
-                picked = _replay(tree, old_commits[index])
-            except SglforgeError as exc:
-                state.next_index = index
-                state.pending = {"index": index, "failing": failing}
-                state.save(tree)
-                raise SglforgeError(
-                    f"refresh of {upstream} onto {onto[:12]} stopped at {where}: {exc}. "
-                    f"Nothing in {project.patches_dir / upstream} or the lockfile was changed.",
-                    hint=f"resolve the conflicts in {tree} and `git add` the files, then run "
-                         f"`patches refresh {upstream} --continue` (or `--abort`)") from None
+        picked, failing = _pick_entry(project, state, index, item, tree, old_commits[index], where)
         state.pending = None
-        _record(state, entry, item, picked, failing, tree, onto)
+        _record(state, entry, item, picked, failing, tree, state.onto)
         state.next_index = index + 1
         state.save(tree)
-    result = RefreshResult(upstream, pin.commit, onto, list(state.lines))
-    _export(project, lock, series, state, settings, result)
-    remove_tree(workdir)
-    return result
+
+
+def _pick_entry(
+    project: Project,
+    state: RefreshState,
+    index: int,
+    item: ResolvedEntry | None,
+    tree: Path,
+    old_commit: str,
+    where: str,
+) -> tuple[str | None, list[str]]:
+    """(the entry's rebased commit or None when it became empty, the files of a backport that
+    no longer apply strictly): what the user resolved for the entry the refresh stopped at,
+    else the 3-way replay of its old commit. A conflict saves the state and stops."""
+    if state.pending and state.pending["index"] == index:
+        failing = state.pending["failing"]
+        return _finish_by_hand(tree, old_commit, where), failing
+    failing = _strictly_failing_files(tree, item) if item else []
+    try:
+        return _replay(tree, old_commit), failing
+    except SglforgeError as exc:
+        state.next_index = index
+        state.pending = {"index": index, "failing": failing}
+        state.save(tree)
+        upstream = state.upstream
+        raise SglforgeError(
+            f"refresh of {upstream} onto {state.onto[:12]} stopped at {where}: {exc}. "
+            f"Nothing in {project.patches_dir / upstream} or the lockfile was changed.",
+            hint=f"resolve the conflicts in {tree} and `git add` the files, then run "
+            f"`patches refresh {upstream} --continue` (or `--abort`)",
+        ) from None
 
 
 def _finish_by_hand(tree: Path, old_commit: str, where: str) -> str | None:
     """Commit what the user resolved for a stopped entry (None when it ended up empty)."""
     conflicted = _conflicts(tree)
     if conflicted:
-        raise SglforgeError(f"{where}: still unresolved in {tree}: {', '.join(conflicted)}",
-                            hint="edit the files, `git add` them, and run --continue again")
+        raise SglforgeError(
+            f"{where}: still unresolved in {tree}: {', '.join(conflicted)}",
+            hint="edit the files, `git add` them, and run --continue again",
+        )
     git("add", "-u", cwd=tree)
     if git("diff", "--cached", "--quiet", cwd=tree, check=False).returncode == 0:
         git("cherry-pick", "--quit", cwd=tree, check=False)
         return None
-    git("commit", "--quiet", "--no-verify", "-C", old_commit, cwd=tree, config=STRICT,
-        env=_commit_env(tree, old_commit))
+    git(
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "-C",
+        old_commit,
+        cwd=tree,
+        config=STRICT,
+        env=_commit_env(tree, old_commit),
+    )
     git("cherry-pick", "--quit", cwd=tree, check=False)
     return git_out("rev-parse", "HEAD", cwd=tree)
 
 
-def _record(state: RefreshState, entry, item, picked: str | None, failing: list[str],  # noqa: ANN001
-            tree: Path, onto: str) -> None:
+def _record(
+    state: RefreshState, entry, item, picked: str | None, failing: list[str], tree: Path, onto: str
+) -> None:
     """Turn one rebased entry into its new series line(s) and patch file."""
     key = str(entry.line)
     if picked is None:
-        state.new_lines[key] = [f"# dropped by refresh onto {onto[:12]} (already upstream): "
-                                f"{entry.label}"]
+        state.new_lines[key] = [
+            (f"# dropped by refresh onto {onto[:12]} (already upstream): {entry.label}")
+        ]
         state.lines.append(f"dropped   {entry.label} (its change is already in {onto[:12]})")
     elif isinstance(entry, LocalPatch):
         data = git(*FORMAT_PATCH, picked, cwd=tree).stdout
@@ -287,22 +442,36 @@ def _record(state: RefreshState, entry, item, picked: str | None, failing: list[
         changed = "regenerated" if data != entry.data else "unchanged"
         state.lines.append(f"{changed:<9} {entry.name}")
     elif failing:
-        narrowed, name, patch = _split_backport(tree, item, picked, failing, onto,
-                                                state.next_number)
+        narrowed, name, patch = _split_backport(
+            tree, item, picked, failing, onto, state.next_number
+        )
         state.next_number += 1
         state.new_files[name] = patch.decode("latin-1")
-        head = narrowed.render() if narrowed else (
-            f"# {entry.render()}  # no file applies strictly to {onto[:12]}; carried by {name}")
+        head = (
+            narrowed.render()
+            if narrowed
+            else (
+                f"# {entry.render()}  # no file applies strictly to {onto[:12]}; carried by {name}"
+            )
+        )
         state.new_lines[key] = [head, name]
-        state.lines.append(f"split     {entry.label}: {', '.join(failing)} no longer apply "
-                           f"strictly -> excluded, resolution in {name}")
+        state.lines.append(
+            f"split     {entry.label}: {', '.join(failing)} no longer apply "
+            f"strictly -> excluded, resolution in {name}"
+        )
     else:
         state.new_lines[key] = [entry.render()]
         state.lines.append(f"kept      {entry.label} (applies strictly)")
 
 
-def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # noqa: ANN001
-            settings: Settings, result: RefreshResult) -> None:
+def _export(
+    project: Project,
+    lock: Lockfile,
+    series,
+    state: RefreshState,
+    settings: Settings,
+    result: RefreshResult,
+) -> None:
     """Check the new series on a fresh export of the new pin, then write it and the pin."""
     upstream, onto = state.upstream, state.onto
     series_text = []
@@ -317,9 +486,13 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
         (staged_dir / name).write_bytes(data)
     (staged_dir / "series").write_text("\n".join(series_text) + "\n")
     check_tree = BuildRoot(settings.build_root).refresh(upstream, "check")
-    new_lock = Lockfile(lock.path, tuple(
-        p if p.name != upstream else dataclasses.replace(p, commit=onto, tree=None)
-        for p in lock.pins))
+    new_lock = Lockfile(
+        lock.path,
+        tuple(
+            p if p.name != upstream else dataclasses.replace(p, commit=onto, tree=None)
+            for p in lock.pins
+        ),
+    )
     export_source(new_lock, upstream, check_tree, settings, with_submodules=False)
     apply_series(check_tree, load_series(staged_project, upstream), settings)
     remove_tree(check_tree)
@@ -335,9 +508,10 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
 
     pin = lock.get(upstream)
     git_dir = SourceCache(settings.cache_dir).git_dir(pin.url)
-    updates = {"commit": onto,
-               "date": git_out("log", "-1", "--format=%cs", "--end-of-options", onto,
-                               git_dir=git_dir)}
+    updates = {
+        "commit": onto,
+        "date": git_out("log", "-1", "--format=%cs", "--end-of-options", onto, git_dir=git_dir),
+    }
     if pin.tree:
         updates["tree"] = git_out("rev-parse", rev(f"{onto}^{{tree}}"), git_dir=git_dir)
     rewrite_pin(lock.path, upstream, updates)
@@ -348,5 +522,7 @@ def _export(project: Project, lock: Lockfile, series, state: RefreshState,  # no
         if sub is None:
             result.lines.append(f"note      new submodule {path} @ {commit}: add a pin")
         elif sub.commit != commit:
-            result.lines.append(f"note      {sub.name}: {onto[:12]} records {commit}, pinned "
-                                f"{sub.commit}; update the pin if the bump is wanted")
+            result.lines.append(
+                f"note      {sub.name}: {onto[:12]} records {commit}, pinned "
+                f"{sub.commit}; update the pin if the bump is wanted"
+            )

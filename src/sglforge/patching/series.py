@@ -29,8 +29,18 @@ from sglforge.patching.patchformat import MBOX_FIRST_LINE, dep3_fields
 from sglforge.sources.fetch import GitWant
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(patch|diff)")
-DEP3_FIELDS = ("Description", "Subject", "Origin", "Bug", "Forwarded", "Author", "From",
-               "Reviewed-by", "Last-Update", "Applied-Upstream")
+DEP3_FIELDS = (
+    "Description",
+    "Subject",
+    "Origin",
+    "Bug",
+    "Forwarded",
+    "Author",
+    "From",
+    "Reviewed-by",
+    "Last-Update",
+    "Applied-Upstream",
+)
 
 
 @dataclass(frozen=True)
@@ -137,8 +147,9 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
     try:
         raw = read_capped(path, SERIES_CAP, "series file")
     except SglforgeError as exc:  # a directory, unreadable, over the cap
-        raise ConfigErrors(path, ["cannot read the series file: "
-                                  + str(exc).removeprefix(f"{path}: ")]) from None
+        raise ConfigErrors(
+            path, ["cannot read the series file: " + str(exc).removeprefix(f"{path}: ")]
+        ) from None
     problems: list[str] = []
     entries: list[Entry] = []
     seen: dict[str, int] = {}
@@ -155,18 +166,24 @@ def parse_series(path: Path, upstream: str) -> PatchSeries:
             key = entry.commit
         else:
             if len(words) != 1:
-                problems.append(f"{where}: expected one patch file name or 'backport URL "
-                                f"COMMIT sha256=DIGEST', got {text!r}")
+                problems.append(
+                    f"{where}: expected one patch file name or 'backport URL "
+                    f"COMMIT sha256=DIGEST', got {text!r}"
+                )
                 continue
             name = words[0]
             if "/" in name or not PATCH_NAME.fullmatch(name):
-                problems.append(f"{where}: {name!r} is not a patch file name in "
-                                f"{path.parent} (NNNN-slug.patch, no directories)")
+                problems.append(
+                    f"{where}: {name!r} is not a patch file name in "
+                    f"{path.parent} (NNNN-slug.patch, no directories)"
+                )
                 continue
             file = path.parent / name
             if file.is_symlink():
-                problems.append(f"{where}: patch file {file} is a symbolic link; patches must be "
-                                "regular files (a link could read any file on the build host)")
+                problems.append(
+                    f"{where}: patch file {file} is a symbolic link; patches must be "
+                    "regular files (a link could read any file on the build host)"
+                )
                 continue
             if not file.is_file():
                 problems.append(f"{where}: patch file {file} does not exist")
@@ -216,8 +233,9 @@ def _parse_backport(words: list[str], number: int, problems: list[str]) -> Backp
                     problems.append(f"{where}: exclude {glob!r} must be a relative path glob")
                     ok = False
         else:
-            problems.append(f"{where}: unknown backport option {option!r} "
-                            "(known: sha256=, exclude=)")
+            problems.append(
+                f"{where}: unknown backport option {option!r} (known: sha256=, exclude=)"
+            )
             ok = False
     if digest is None and ok:
         problems.append(f"{where}: backport needs sha256=<digest of the normalized diff>")
@@ -229,8 +247,9 @@ def load_series(project: Project, upstream: str) -> PatchSeries:
     return parse_series(project.series_file(upstream), upstream)
 
 
-def load_all_series(project: Project, lock: Lockfile, names: list[str] | None = None
-                    ) -> list[PatchSeries]:
+def load_all_series(
+    project: Project, lock: Lockfile, names: list[str] | None = None
+) -> list[PatchSeries]:
     """Series of every upstream in `names` (default: all), including empty ones."""
     targets = names or [p.name for p in lock.upstreams()]
     return [load_series(project, name) for name in targets]
@@ -238,5 +257,9 @@ def load_all_series(project: Project, lock: Lockfile, names: list[str] | None = 
 
 def backport_wants(all_series: list[PatchSeries]) -> list[GitWant]:
     """Commits the backports need, so fetch (and bundles) include them."""
-    return [GitWant(e.url, e.commit, f"backport in {s.path}:{e.line}")
-            for s in all_series for e in s.entries if isinstance(e, Backport)]
+    return [
+        GitWant(e.url, e.commit, f"backport in {s.path}:{e.line}")
+        for s in all_series
+        for e in s.entries
+        if isinstance(e, Backport)
+    ]

@@ -43,8 +43,11 @@ def _entry(value: Any) -> tuple[float, int, str] | None:
     logprob, token = value[0], value[1]
     if isinstance(token, bool) or not isinstance(token, int):
         return None
-    if isinstance(logprob, bool) or not isinstance(logprob, (int, float)) \
-            or not math.isfinite(logprob):
+    if (
+        isinstance(logprob, bool)
+        or not isinstance(logprob, (int, float))
+        or not math.isfinite(logprob)
+    ):
         return None
     text = value[2] if len(value) > 2 and isinstance(value[2], str) else ""
     return float(logprob), token, text
@@ -56,13 +59,15 @@ def parse_generation(prompt: str, body: Any, seconds: float = 0.0) -> Generation
         return Generation(prompt, error="answer has no meta_info", seconds=seconds)
     raw = meta.get("output_token_logprobs")
     if not isinstance(raw, list) or not raw:
-        return Generation(prompt, error="meta_info has no output_token_logprobs",
-                          seconds=seconds)
+        return Generation(prompt, error="meta_info has no output_token_logprobs", seconds=seconds)
     entries = [_entry(e) for e in raw]
     if any(e is None for e in entries):
         bad = next(i for i, e in enumerate(entries) if e is None)
-        return Generation(prompt, error=f"output_token_logprobs[{bad}] is not [logprob, id, "
-                          f"text]: {raw[bad]!r:.80}", seconds=seconds)
+        return Generation(
+            prompt,
+            error=f"output_token_logprobs[{bad}] is not [logprob, id, text]: {raw[bad]!r:.80}",
+            seconds=seconds,
+        )
     top: list[tuple[tuple[int, float], ...]] = []
     raw_top = meta.get("output_top_logprobs")
     if isinstance(raw_top, list):
@@ -70,24 +75,35 @@ def parse_generation(prompt: str, body: Any, seconds: float = 0.0) -> Generation
             alternatives = [_entry(e) for e in position] if isinstance(position, list) else []
             top.append(tuple((e[1], e[0]) for e in alternatives if e is not None))
     counted = meta.get("prompt_tokens")
-    return Generation(prompt=prompt, ids=tuple(e[1] for e in entries),
-                      logprobs=tuple(e[0] for e in entries),
-                      texts=tuple(e[2] for e in entries), top=tuple(top), seconds=seconds,
-                      prompt_tokens=counted if isinstance(counted, int)
-                      and not isinstance(counted, bool) else None)
+    return Generation(
+        prompt=prompt,
+        ids=tuple(e[1] for e in entries),
+        logprobs=tuple(e[0] for e in entries),
+        texts=tuple(e[2] for e in entries),
+        top=tuple(top),
+        seconds=seconds,
+        prompt_tokens=counted
+        if isinstance(counted, int) and not isinstance(counted, bool)
+        else None,
+    )
 
 
-def generate(url: str, prompt: str, max_new_tokens: int, timeout: float,
-             top_k: int = 0) -> Generation:
+def generate(
+    url: str, prompt: str, max_new_tokens: int, timeout: float, top_k: int = 0
+) -> Generation:
     payload: dict[str, Any] = {
-        "text": prompt, "return_logprob": True, "return_text_in_logprobs": True,
-        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
+        "text": prompt,
+        "return_logprob": True,
+        "return_text_in_logprobs": True,
+        "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
+    }
     if top_k:
         payload["top_logprobs_num"] = top_k
     answer = http.post(f"{url}/generate", payload, timeout)
     if not answer.ok:
-        return Generation(prompt, error=f"/generate failed: {answer.error[:300]}",
-                          seconds=answer.seconds)
+        return Generation(
+            prompt, error=f"/generate failed: {answer.error[:300]}", seconds=answer.seconds
+        )
     return parse_generation(prompt, answer.body, answer.seconds)
 
 

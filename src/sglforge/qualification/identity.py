@@ -21,8 +21,14 @@ from sglforge.base.fs import sha256_file
 TINY_MARKER = "sglforge-tiny-model.json"
 
 CONFIG_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 
@@ -34,16 +40,28 @@ def _list_digest(entries: dict[str, str]) -> str:
 def model_identity(model: str) -> dict[str, Any]:
     path = Path(model)
     if not path.is_dir():
-        return {"model": model, "local": False, "digest": None,
-                "note": "not a local directory (a hub name?): the weights are not digested"}
+        return {
+            "model": model,
+            "local": False,
+            "digest": None,
+            "note": "not a local directory (a hub name?): the weights are not digested",
+        }
     config = {n: sha256_file(path / n) for n in CONFIG_FILES if (path / n).is_file()}
     tokenizer = {n: sha256_file(path / n) for n in TOKENIZER_FILES if (path / n).is_file()}
-    weights = {p.name: sha256_file(p) for p in sorted(path.iterdir())
-               if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)}
+    weights = {
+        p.name: sha256_file(p)
+        for p in sorted(path.iterdir())
+        if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
+    }
     identity: dict[str, Any] = {
-        "model": str(path), "local": True, "config": config, "tokenizer": tokenizer,
-        "weights": weights, "weights_digest": _list_digest(weights),
-        "digest": _list_digest({**config, **tokenizer, **weights})}
+        "model": str(path),
+        "local": True,
+        "config": config,
+        "tokenizer": tokenizer,
+        "weights": weights,
+        "weights_digest": _list_digest(weights),
+        "digest": _list_digest({**config, **tokenizer, **weights}),
+    }
     marker = path / TINY_MARKER
     if marker.is_file():
         try:

@@ -27,8 +27,10 @@ def needle_prompt(target_tokens: int, words_per_token: float, passphrase: str) -
     needle = f"Remember this: the secret passphrase is {passphrase}."
     middle = len(words) // 2
     body = " ".join(words[:middle]) + f" {needle} " + " ".join(words[middle:])
-    return (f"{body}\n\nQuestion: what is the secret passphrase mentioned in the text above?\n"
-            "Answer: the passphrase is")
+    return (
+        f"{body}\n\nQuestion: what is the secret passphrase mentioned in the text above?\n"
+        "Answer: the passphrase is"
+    )
 
 
 def passphrase_for(length: int) -> str:

@@ -28,11 +28,29 @@ MAX_TRIALS = 64
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # Words of the long equivalence prompts: distinct, so that the prompt is not one repeated
 # token and its KV spans many pages with varied content.
-LONG_WORDS = ("alpha", "beta", "gamma", "delta", "river", "stone", "market", "winter", "bridge",
-              "lantern", "orchard", "harbour")
+LONG_WORDS = (
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "river",
+    "stone",
+    "market",
+    "winter",
+    "bridge",
+    "lantern",
+    "orchard",
+    "harbour",
+)
 DEFAULT_EQUIVALENCE_PROMPTS = (
-    "The capital of France is", "Once upon a time, in a land far away,", "def fibonacci(n):",
-    "1, 2, 3, 4, 5,", "The quick brown fox", "In 1969, the first humans", "Hello")
+    "The capital of France is",
+    "Once upon a time, in a land far away,",
+    "def fibonacci(n):",
+    "1, 2, 3, 4, 5,",
+    "The quick brown fox",
+    "In 1969, the first humans",
+    "Hello",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +85,9 @@ class EquivalenceSpec:
     words_per_token: float
 
     def all_prompts(self) -> tuple[str, ...]:
-        return self.prompts + tuple(long_prompt(n, self.words_per_token)
-                                    for n in self.long_prompt_tokens)
+        return self.prompts + tuple(
+            long_prompt(n, self.words_per_token) for n in self.long_prompt_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -110,9 +129,15 @@ class GatesSpec:
     needle: NeedleGate | None = None
 
     def names(self) -> list[str]:
-        return [name for name, gate in (("accuracy", self.accuracy),
-                                        ("long-output", self.long_output),
-                                        ("needle-recall", self.needle)) if gate is not None]
+        return [
+            name
+            for name, gate in (
+                ("accuracy", self.accuracy),
+                ("long-output", self.long_output),
+                ("needle-recall", self.needle),
+            )
+            if gate is not None
+        ]
 
 
 def long_prompt(tokens: int, words_per_token: float) -> str:
@@ -127,17 +152,23 @@ def read_colocated(reader: TableReader) -> ColocatedSpec:
     if gpus and len(gpus) != tp:
         reader.error("gpus", f"{len(gpus)} GPUs listed but tp = {tp}; list exactly tp GPUs")
     spec = ColocatedSpec(
-        gpus=gpus, tp=tp, port=reader.int("port", required=True, minimum=1, maximum=65535) or 0,
+        gpus=gpus,
+        tp=tp,
+        port=reader.int("port", required=True, minimum=1, maximum=65535) or 0,
         numa_node=reader.int("numa-node", minimum=0, maximum=1023),
         args=tuple(reader.str_list("args") or []),
         env=tuple(sorted(reader.str_table("env").items())),
-        start=reader.str("start") or "with-pair")
+        start=reader.str("start") or "with-pair",
+    )
     if spec.start not in COLOCATED_STARTS:
         reader.error("start", f"{spec.start!r} is not one of {', '.join(COLOCATED_STARTS)}")
     for arg in spec.args:
         if arg.startswith("--disaggregation"):
-            reader.error("args", f"{arg!r}: the colocated server is the non-PD reference; it "
-                         "takes no --disaggregation-* arguments")
+            reader.error(
+                "args",
+                f"{arg!r}: the colocated server is the non-PD reference; it "
+                "takes no --disaggregation-* arguments",
+            )
     reader.finish()
     return spec
 
@@ -152,17 +183,18 @@ def read_equivalence(reader: TableReader, words_per_token: float) -> Equivalence
         reader.error("equivalence-prompts", f"{len(prompts)} prompts; at most {MAX_PROMPTS}")
     if prompts and any(not p.strip() for p in prompts):
         reader.error("equivalence-prompts", "a prompt is empty")
-    long = reader.int_list("equivalence-long-prompt-tokens", minimum=16,
-                           maximum=MAX_PROMPT_TOKENS)
+    long = reader.int_list("equivalence-long-prompt-tokens", minimum=16, maximum=MAX_PROMPT_TOKENS)
     diff = reader._get("equivalence-max-logprob-diff", False)
     if diff is not None:
         diff = reader.number("equivalence-max-logprob-diff", default=0.0, maximum=100.0)
     return EquivalenceSpec(
         prompts=tuple(prompts or DEFAULT_EQUIVALENCE_PROMPTS),
         long_prompt_tokens=tuple([700, 1200] if long is None else long),
-        max_new_tokens=reader.int("equivalence-max-new-tokens", minimum=1,
-                                  maximum=MAX_NEW_TOKENS) or 48,
-        max_logprob_diff=diff, words_per_token=words_per_token)
+        max_new_tokens=reader.int("equivalence-max-new-tokens", minimum=1, maximum=MAX_NEW_TOKENS)
+        or 48,
+        max_logprob_diff=diff,
+        words_per_token=words_per_token,
+    )
 
 
 def read_reference(reader: TableReader) -> ReferenceSpec:
@@ -172,37 +204,48 @@ def read_reference(reader: TableReader) -> ReferenceSpec:
         top_k=reader.int("reference-top-k", minimum=1, maximum=MAX_TOP_K) or 5,
         min_top1=_share(reader, "reference-min-top1", 1.0),
         min_topk_overlap=_share(reader, "reference-min-topk-overlap", 1.0),
-        max_logprob_diff=reader.number("reference-max-logprob-diff", default=0.02,
-                                       maximum=100.0))
+        max_logprob_diff=reader.number("reference-max-logprob-diff", default=0.02, maximum=100.0),
+    )
 
 
-def read_gates(reader: TableReader, problems: Problems, project_root: Path,
-               locate) -> GatesSpec:  # noqa: ANN001
+def read_gates(reader: TableReader, problems: Problems, project_root: Path, locate) -> GatesSpec:
     """`[gates.*]`: each sub-table one gate; unknown gates and keys are errors."""
+
     def sub(name: str) -> TableReader | None:
         table = reader.table(name)
-        return None if table is None else TableReader(table, problems, f"[gates.{name}]",
-                                                      locate(f"gates.{name}"))
+        return (
+            None
+            if table is None
+            else TableReader(table, problems, f"[gates.{name}]", locate(f"gates.{name}"))
+        )
 
     accuracy = long_output = needle = None
     if (r := sub("accuracy")) is not None:
         questions = r.str("questions", required=True) or ""
-        digest = r.str("sha256", required=True, pattern=_HEX64.pattern,
-                       describe="64 lowercase hex digits") or ""
+        digest = (
+            r.str(
+                "sha256", required=True, pattern=_HEX64.pattern, describe="64 lowercase hex digits"
+            )
+            or ""
+        )
         template = r.str("template") or "Question: {question}\nAnswer:"
         if "{question}" not in template:
             r.error("template", "must contain {question}")
         accuracy = AccuracyGate(
-            questions=project_root / questions, sha256=digest,
+            questions=project_root / questions,
+            sha256=digest,
             min_exact_match=_share(r, "min-exact-match", 1.0),
             max_new_tokens=r.int("max-new-tokens", minimum=1, maximum=MAX_NEW_TOKENS) or 256,
-            template=template, enforce=r.bool("enforce", default=True))
+            template=template,
+            enforce=r.bool("enforce", default=True),
+        )
         r.finish()
     if (r := sub("long-output")) is not None:
         long_output = LongOutputGate(
             tokens=r.int("tokens", required=True, minimum=1, maximum=MAX_NEW_TOKENS) or 1,
             prompt=r.str("prompt") or "Write a long story about a lighthouse keeper.",
-            enforce=r.bool("enforce", default=True))
+            enforce=r.bool("enforce", default=True),
+        )
         r.finish()
     if (r := sub("needle")) is not None:
         table = r.table("min-recall", required=True) or {}
@@ -210,16 +253,21 @@ def read_gates(reader: TableReader, problems: Problems, project_root: Path,
         for key, value in table.items():
             if not re.fullmatch(r"[1-9][0-9]{0,6}", str(key)):
                 r.error("min-recall", f"key {key!r} is not a prompt length in tokens")
-            elif (isinstance(value, bool) or not isinstance(value, (int, float))
-                  or not 0 <= value <= 1):
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= 1
+            ):
                 r.error("min-recall", f"{key} = {value!r}: a share between 0 and 1")
             else:
                 thresholds.append((int(key), float(value)))
         if not table:
             r.error("min-recall", "must name at least one length")
-        needle = NeedleGate(min_recall=tuple(sorted(thresholds)),
-                            trials=r.int("trials", minimum=1, maximum=MAX_TRIALS) or 3,
-                            enforce=r.bool("enforce", default=True))
+        needle = NeedleGate(
+            min_recall=tuple(sorted(thresholds)),
+            trials=r.int("trials", minimum=1, maximum=MAX_TRIALS) or 3,
+            enforce=r.bool("enforce", default=True),
+        )
         r.finish()
     reader.finish()
     return GatesSpec(accuracy=accuracy, long_output=long_output, needle=needle)

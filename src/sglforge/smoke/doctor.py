@@ -30,9 +30,17 @@ MIN_DRIVER_FOR_CUDA13 = (580, 65, 6)
 JIT_UPSTREAMS = ("deepgemm", "deep-gemm", "tilelang", "flashinfer")
 # Distributions that carry device code; in an existing environment their archs are known only
 # when sglforge built them (sglforge-build.json).
-DEVICE_CODE_PACKAGES = ("sglang-kernel", "sgl-kernel", "flashinfer-cubin", "flashinfer-jit-cache",
-                        "sgl-deep-gemm", "tilelang", "nixl-cu13", "nixl-cu12", "torch")
-
+DEVICE_CODE_PACKAGES = (
+    "sglang-kernel",
+    "sgl-kernel",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "sgl-deep-gemm",
+    "tilelang",
+    "nixl-cu13",
+    "nixl-cu12",
+    "torch",
+)
 
 
 @dataclass(frozen=True)
@@ -74,16 +82,22 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
-                      env: EnvStack | None = None) -> HostFacts:
+def gather_host_facts(
+    profile: SmokeProfile, venv_python: Path | None, env: EnvStack | None = None
+) -> HostFacts:
     gpus: tuple[GpuInfo, ...] = ()
     driver = None
     smi_error = None
     if shutil.which("nvidia-smi") is None:
         smi_error = "nvidia-smi not found on PATH"
     else:
-        code, out = _run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version,"
-                          "pci.bus_id", "--format=csv,noheader"])
+        code, out = _run(
+            [
+                "nvidia-smi",
+                ("--query-gpu=index,name,compute_cap,driver_version,pci.bus_id"),
+                "--format=csv,noheader",
+            ]
+        )
         if code != 0:
             smi_error = f"nvidia-smi failed (exit {code}): {out.strip()[:300]}"
         else:
@@ -101,16 +115,25 @@ def gather_host_facts(profile: SmokeProfile, venv_python: Path | None,
         torch = env.get("torch")
         torch_version = torch.version if torch else None
     return HostFacts(
-        nvidia_smi_error=smi_error, gpus=gpus, driver_version=driver,
-        numa_nodes=_numa_nodes(), numactl=shutil.which("numactl"), nvcc=nvcc,
-        nvcc_version=nvcc_version, cuda_include=_cuda_include(nvcc),
+        nvidia_smi_error=smi_error,
+        gpus=gpus,
+        driver_version=driver,
+        numa_nodes=_numa_nodes(),
+        numactl=shutil.which("numactl"),
+        nvcc=nvcc,
+        nvcc_version=nvcc_version,
+        cuda_include=_cuda_include(nvcc),
         venv_python=str(venv_python) if venv_python and venv_python.exists() else None,
-        torch_version=torch_version, busy_ports=busy_ports(profile.ports(), profile.host),
-        model_exists=model_exists, env=env)
+        torch_version=torch_version,
+        busy_ports=busy_ports(profile.ports(), profile.host),
+        model_exists=model_exists,
+        env=env,
+    )
 
 
-def _parse_gpu_query(out: str, topo: dict[int, int | None]
-                     ) -> tuple[tuple[GpuInfo, ...], str | None]:
+def _parse_gpu_query(
+    out: str, topo: dict[int, int | None]
+) -> tuple[tuple[GpuInfo, ...], str | None]:
     gpus, driver = [], None
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -214,8 +237,14 @@ def diagnose(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts)
         findings += _jit_toolchain(wheelset, facts)
         findings += _model(profile, facts)
     else:
-        findings.append(Finding("gpu", OK, "GPU, driver, arch, CUDA toolkit and GPU-NUMA checks "
-                                "skipped: profile sets requires-gpu = false"))
+        findings.append(
+            Finding(
+                "gpu",
+                OK,
+                "GPU, driver, arch, CUDA toolkit and GPU-NUMA checks "
+                "skipped: profile sets requires-gpu = false",
+            )
+        )
     findings += _torch(wheelset, facts)
     if facts.env is not None:
         findings += _environment(profile, facts, facts.env)
@@ -227,15 +256,25 @@ def _ports(profile: SmokeProfile, facts: HostFacts) -> list[Finding]:
     for port, what in sorted(profile.ports().items()):
         if port in facts.busy_ports:
             key = _port_key(profile, port)
-            out.append(Finding(
-                "ports", ERROR,
-                f"port {port} ({what}) on {profile.host} is already in use "
-                f"({facts.busy_ports[port]})",
-                f"stop whatever listens there (`ss -ltnp 'sport = :{port}'`) or change {key} "
-                f"in {profile.path}"))
+            out.append(
+                Finding(
+                    "ports",
+                    ERROR,
+                    f"port {port} ({what}) on {profile.host} is already in use "
+                    f"({facts.busy_ports[port]})",
+                    f"stop whatever listens there (`ss -ltnp 'sport = :{port}'`) or change {key} "
+                    f"in {profile.path}",
+                )
+            )
     if not out:
-        out.append(Finding("ports", OK, "all ports free: " + ", ".join(
-            f"{p} ({w})" for p, w in sorted(profile.ports().items()))))
+        out.append(
+            Finding(
+                "ports",
+                OK,
+                "all ports free: "
+                + ", ".join(f"{p} ({w})" for p, w in sorted(profile.ports().items())),
+            )
+        )
     return out
 
 
@@ -249,44 +288,77 @@ def _port_key(profile: SmokeProfile, port: int) -> str:
 
 def _numa_binding(profile: SmokeProfile, facts: HostFacts) -> list[Finding]:
     if not profile.numa_binding:
-        return [Finding("numa", WARNING if profile.requires_gpu else OK,
-                        "NUMA binding disabled by the profile (numa-binding = false)",
-                        "unbound servers cross sockets (SYS/UPI) for host memory; bind on "
-                        "multi-socket hosts" if profile.requires_gpu else "")]
+        return [
+            Finding(
+                "numa",
+                WARNING if profile.requires_gpu else OK,
+                "NUMA binding disabled by the profile (numa-binding = false)",
+                "unbound servers cross sockets (SYS/UPI) for host memory; bind on "
+                "multi-socket hosts"
+                if profile.requires_gpu
+                else "",
+            )
+        ]
     out = []
     if facts.numactl is None:
-        out.append(Finding("numa", ERROR, "numactl not found, but the profile binds each "
-                           "role to a NUMA node",
-                           f"install numactl (apt install numactl), or set numa-binding = false "
-                           f"in {profile.path}"))
+        out.append(
+            Finding(
+                "numa",
+                ERROR,
+                "numactl not found, but the profile binds each role to a NUMA node",
+                f"install numactl (apt install numactl), or set numa-binding = false "
+                f"in {profile.path}",
+            )
+        )
     for role in profile.roles:
         if role.numa_node is None:
             continue
         if facts.numa_nodes is not None and role.numa_node not in facts.numa_nodes:
-            out.append(Finding("numa", ERROR,
-                               f"[{role.role}] numa-node = {role.numa_node}, but this host has "
-                               f"NUMA nodes {list(facts.numa_nodes)}",
-                               f"set [{role.role}] numa-node to one of {list(facts.numa_nodes)} "
-                               f"(see `numactl --hardware`)"))
+            out.append(
+                Finding(
+                    "numa",
+                    ERROR,
+                    f"[{role.role}] numa-node = {role.numa_node}, but this host has "
+                    f"NUMA nodes {list(facts.numa_nodes)}",
+                    f"set [{role.role}] numa-node to one of {list(facts.numa_nodes)} "
+                    f"(see `numactl --hardware`)",
+                )
+            )
         if not profile.requires_gpu:
             continue
         for gpu in facts.gpus:
             if gpu.index not in role.gpus:
                 continue
             if gpu.numa_node is None:
-                out.append(Finding("numa", WARNING, f"GPU {gpu.index}: NUMA affinity unknown "
-                                   "(nvidia-smi topo -m shows N/A)",
-                                   "check the BIOS NUMA settings; binding may be wrong"))
+                out.append(
+                    Finding(
+                        "numa",
+                        WARNING,
+                        f"GPU {gpu.index}: NUMA affinity unknown (nvidia-smi topo -m shows N/A)",
+                        "check the BIOS NUMA settings; binding may be wrong",
+                    )
+                )
             elif gpu.numa_node != role.numa_node:
-                out.append(Finding(
-                    "numa", ERROR,
-                    f"GPU {gpu.index} ({role.role}) is attached to NUMA node {gpu.numa_node}, "
-                    f"but [{role.role}] binds to numa-node = {role.numa_node}",
-                    f"set [{role.role}] numa-node = {gpu.numa_node} or give [{role.role}] GPUs "
-                    f"on node {role.numa_node} (`nvidia-smi topo -m`, column NUMA Affinity)"))
+                out.append(
+                    Finding(
+                        "numa",
+                        ERROR,
+                        f"GPU {gpu.index} ({role.role}) is attached to NUMA node {gpu.numa_node}, "
+                        f"but [{role.role}] binds to numa-node = {role.numa_node}",
+                        f"set [{role.role}] numa-node = {gpu.numa_node} or give [{role.role}] GPUs "
+                        f"on node {role.numa_node} (`nvidia-smi topo -m`, column NUMA Affinity)",
+                    )
+                )
     if not out:
-        out.append(Finding("numa", OK, ", ".join(
-            f"{r.role}: GPUs {list(r.gpus)} on node {r.numa_node}" for r in profile.roles)))
+        out.append(
+            Finding(
+                "numa",
+                OK,
+                ", ".join(
+                    f"{r.role}: GPUs {list(r.gpus)} on node {r.numa_node}" for r in profile.roles
+                ),
+            )
+        )
     return out
 
 
@@ -300,8 +372,12 @@ def arch_runs_on(arch: str, compute_cap: str) -> bool:
     cc = re.fullmatch(r"(\d+)\.(\d+)", compute_cap.strip())
     if not match or not cc:
         return False
-    kind, major, minor, suffix = match.group(1), int(match.group(2)), int(match.group(3)), \
-        match.group(4)
+    kind, major, minor, suffix = (
+        match.group(1),
+        int(match.group(2)),
+        int(match.group(3)),
+        match.group(4),
+    )
     gpu = (int(cc.group(1)), int(cc.group(2)))
     if kind == "compute" and not suffix:
         return gpu >= (major, minor)
@@ -312,17 +388,28 @@ def arch_runs_on(arch: str, compute_cap: str) -> bool:
 
 def _gpus(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts) -> list[Finding]:
     if facts.nvidia_smi_error:
-        return [Finding("gpu", ERROR, f"no NVIDIA GPU visible: {facts.nvidia_smi_error}",
-                        "run the smoke on the GPU host with the NVIDIA driver installed; for a "
-                        "plumbing run without GPUs use a profile with requires-gpu = false")]
+        return [
+            Finding(
+                "gpu",
+                ERROR,
+                f"no NVIDIA GPU visible: {facts.nvidia_smi_error}",
+                "run the smoke on the GPU host with the NVIDIA driver installed; for a "
+                "plumbing run without GPUs use a profile with requires-gpu = false",
+            )
+        ]
     out = []
     present = {g.index: g for g in facts.gpus}
     wanted = sorted(g for role in profile.roles for g in role.gpus)
     missing = [g for g in wanted if g not in present]
     if missing:
-        out.append(Finding("gpu", ERROR, f"profile uses GPUs {missing}, host has "
-                           f"{sorted(present) or 'none'}",
-                           f"change [prefill]/[decode] gpus in {profile.path}"))
+        out.append(
+            Finding(
+                "gpu",
+                ERROR,
+                f"profile uses GPUs {missing}, host has {sorted(present) or 'none'}",
+                f"change [prefill]/[decode] gpus in {profile.path}",
+            )
+        )
     if wheelset is None:
         return out
     for wheel in wheelset.wheels:
@@ -335,18 +422,28 @@ def _gpus(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts) ->
                 continue
             if not any(arch_runs_on(a, gpu.compute_cap) for a in archs):
                 sm = "sm_" + gpu.compute_cap.replace(".", "")
-                out.append(Finding(
-                    "arch", ERROR,
-                    f"{wheel.file.name} has device code for {', '.join(archs)} only; GPU "
-                    f"{index} ({gpu.name}) is compute capability {gpu.compute_cap} ({sm}) — "
-                    "its kernels would fail with 'no kernel image is available'",
-                    f"add {sm}a to cuda-archs in the recipe for {wheel.name} and rebuild "
-                    "(`nox -s build`)"))
+                out.append(
+                    Finding(
+                        "arch",
+                        ERROR,
+                        f"{wheel.file.name} has device code for {', '.join(archs)} only; GPU "
+                        f"{index} ({gpu.name}) is compute capability {gpu.compute_cap} ({sm}) — "
+                        "its kernels would fail with 'no kernel image is available'",
+                        f"add {sm}a to cuda-archs in the recipe for {wheel.name} and rebuild "
+                        "(`nox -s build`)",
+                    )
+                )
                 break
     if not out:
         ccs = sorted({g.compute_cap for g in facts.gpus if g.index in wanted})
-        out.append(Finding("gpu", OK, f"GPUs {wanted} compute capability {', '.join(ccs)}; "
-                           f"wheel archs {sorted(wheelset.archs()) if wheelset else '?'}"))
+        out.append(
+            Finding(
+                "gpu",
+                OK,
+                f"GPUs {wanted} compute capability {', '.join(ccs)}; "
+                f"wheel archs {sorted(wheelset.archs()) if wheelset else '?'}",
+            )
+        )
     return out
 
 
@@ -356,43 +453,88 @@ def _driver(facts: HostFacts) -> list[Finding]:
     parts = tuple(int(p) for p in re.findall(r"\d+", facts.driver_version)[:3])
     need = ".".join(str(p) for p in MIN_DRIVER_FOR_CUDA13)
     if parts < MIN_DRIVER_FOR_CUDA13:
-        return [Finding("driver", ERROR, f"driver {facts.driver_version} is too old for CUDA 13 "
-                        f"(needs >= {need})",
-                        f"install an NVIDIA driver >= {need} (R580 or newer)")]
+        return [
+            Finding(
+                "driver",
+                ERROR,
+                f"driver {facts.driver_version} is too old for CUDA 13 (needs >= {need})",
+                f"install an NVIDIA driver >= {need} (R580 or newer)",
+            )
+        ]
     return [Finding("driver", OK, f"driver {facts.driver_version} supports CUDA 13")]
 
 
 def _jit_toolchain(wheelset: WheelSet | None, facts: HostFacts) -> list[Finding]:
     if wheelset is None:
         return []
-    jit = sorted(w.name for w in wheelset.wheels
-                 if any(u in w.provenance.upstream.lower() for u in JIT_UPSTREAMS))
+    jit = sorted(
+        w.name
+        for w in wheelset.wheels
+        if any(u in w.provenance.upstream.lower() for u in JIT_UPSTREAMS)
+    )
     if not jit:
         return []
-    cuda = next((w.provenance.toolchain.get("cuda") for w in wheelset.wheels
-                 if w.provenance.toolchain.get("cuda")), None)
+    cuda = next(
+        (
+            w.provenance.toolchain.get("cuda")
+            for w in wheelset.wheels
+            if w.provenance.toolchain.get("cuda")
+        ),
+        None,
+    )
     out = []
-    fix = ("install the CUDA 13 toolkit (nvcc and headers) and put its bin/ on PATH or set "
-           "CUDA_HOME")
+    fix = "install the CUDA 13 toolkit (nvcc and headers) and put its bin/ on PATH or set CUDA_HOME"
     if facts.nvcc is None:
-        out.append(Finding("cuda-toolkit", ERROR, f"nvcc not found; {', '.join(jit)} compile "
-                           "kernels at runtime for the live GPU", fix))
+        out.append(
+            Finding(
+                "cuda-toolkit",
+                ERROR,
+                f"nvcc not found; {', '.join(jit)} compile kernels at runtime for the live GPU",
+                fix,
+            )
+        )
     elif cuda and facts.nvcc_version and facts.nvcc_version.split(".")[0] != cuda.split(".")[0]:
-        out.append(Finding("cuda-toolkit", ERROR, f"nvcc {facts.nvcc_version} at {facts.nvcc}, "
-                           f"but the wheels were built with CUDA {cuda}", fix))
+        out.append(
+            Finding(
+                "cuda-toolkit",
+                ERROR,
+                f"nvcc {facts.nvcc_version} at {facts.nvcc}, "
+                f"but the wheels were built with CUDA {cuda}",
+                fix,
+            )
+        )
     if facts.cuda_include is None:
-        out.append(Finding("cuda-toolkit", ERROR, "CUDA headers (cuda_runtime.h) not found; "
-                           f"{', '.join(jit)} need them to JIT-compile", fix))
+        out.append(
+            Finding(
+                "cuda-toolkit",
+                ERROR,
+                "CUDA headers (cuda_runtime.h) not found; "
+                f"{', '.join(jit)} need them to JIT-compile",
+                fix,
+            )
+        )
     if not out:
-        out.append(Finding("cuda-toolkit", OK, f"nvcc {facts.nvcc_version} and headers in "
-                           f"{facts.cuda_include} for JIT upstreams ({', '.join(jit)})"))
+        out.append(
+            Finding(
+                "cuda-toolkit",
+                OK,
+                f"nvcc {facts.nvcc_version} and headers in "
+                f"{facts.cuda_include} for JIT upstreams ({', '.join(jit)})",
+            )
+        )
     return out
 
 
 def _model(profile: SmokeProfile, facts: HostFacts) -> list[Finding]:
     if facts.model_exists is False:
-        return [Finding("model", ERROR, f"model path {profile.model} does not exist",
-                        "pass --model PATH or set model in the profile")]
+        return [
+            Finding(
+                "model",
+                ERROR,
+                f"model path {profile.model} does not exist",
+                "pass --model PATH or set model in the profile",
+            )
+        ]
     return []
 
 
@@ -404,26 +546,49 @@ def _torch(wheelset: WheelSet | None, facts: HostFacts) -> list[Finding]:
         return [Finding("torch", OK, "no wheel is bound to a torch ABI")]
     versions = sorted(set(wanted.values()))
     if len(versions) > 1:
-        return [Finding("torch", ERROR, "wheels are bound to different torch versions: " +
-                        ", ".join(f"{n} needs {v}" for n, v in sorted(wanted.items())),
-                        "rebuild all torch-bound wheels against the torch in "
-                        "lockfiles/toolchain.toml")]
+        return [
+            Finding(
+                "torch",
+                ERROR,
+                "wheels are bound to different torch versions: "
+                + ", ".join(f"{n} needs {v}" for n, v in sorted(wanted.items())),
+                "rebuild all torch-bound wheels against the torch in lockfiles/toolchain.toml",
+            )
+        ]
     need = versions[0]
     names = ", ".join(sorted(wanted))
     if facts.venv_python is None:
-        return [Finding("torch", WARNING, f"smoke venv not installed yet; {names} need "
-                        f"torch=={need}", "the smoke checks this again after installing")]
+        return [
+            Finding(
+                "torch",
+                WARNING,
+                f"smoke venv not installed yet; {names} need torch=={need}",
+                "the smoke checks this again after installing",
+            )
+        ]
     if facts.torch_version is None:
-        return [Finding("torch", ERROR, f"torch is not installed in the smoke venv "
-                        f"({facts.venv_python}); {names} need torch=={need}",
-                        f"pin torch=={need} (cu130 build) in lockfiles/wheels.lock")]
+        return [
+            Finding(
+                "torch",
+                ERROR,
+                f"torch is not installed in the smoke venv "
+                f"({facts.venv_python}); {names} need torch=={need}",
+                f"pin torch=={need} (cu130 build) in lockfiles/wheels.lock",
+            )
+        ]
     installed_public = facts.torch_version.split("+")[0]
     if installed_public != need.split("+")[0]:
-        return [Finding("torch", ERROR, f"installed torch {facts.torch_version} but {names} "
-                        f"were built against torch {need}; importing them fails with "
-                        "'undefined symbol' (libtorch ABI)",
-                        f"pin torch=={need} in lockfiles/wheels.lock, or rebuild the wheels "
-                        f"against torch {facts.torch_version}")]
+        return [
+            Finding(
+                "torch",
+                ERROR,
+                f"installed torch {facts.torch_version} but {names} "
+                f"were built against torch {need}; importing them fails with "
+                "'undefined symbol' (libtorch ABI)",
+                f"pin torch=={need} in lockfiles/wheels.lock, or rebuild the wheels "
+                f"against torch {facts.torch_version}",
+            )
+        ]
     return [Finding("torch", OK, f"torch {facts.torch_version} matches {names}")]
 
 
@@ -434,19 +599,36 @@ def _environment(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -> list
     if profile.requires_gpu:
         missing = [n for n in REQUIRED_FOR_GPU if env.get(n) is None]
         if missing:
-            out.append(Finding("environment", ERROR, f"{', '.join(missing)} not installed for "
-                               f"{where}", "pass the interpreter of the serving stack, or put "
-                               "the stack on PYTHONPATH before running the smoke"))
+            out.append(
+                Finding(
+                    "environment",
+                    ERROR,
+                    f"{', '.join(missing)} not installed for {where}",
+                    "pass the interpreter of the serving stack, or put "
+                    "the stack on PYTHONPATH before running the smoke",
+                )
+            )
     for package in env.packages:
         if package.problem:
-            out.append(Finding("environment", WARNING, f"{package.name}: unreadable sglforge "
-                               f"provenance: {package.problem}"))
+            out.append(
+                Finding(
+                    "environment",
+                    WARNING,
+                    f"{package.name}: unreadable sglforge provenance: {package.problem}",
+                )
+            )
     out += _environment_archs(profile, facts, env)
     out += _environment_torch(profile, facts, env)
     out += _environment_nixl(profile, env)
     built = [f"{p.name} {p.version}" for p in env.built_by_sglforge()]
-    out.append(Finding("environment", OK, f"{where}: {len(env.packages)} stack package(s); "
-                       f"built by sglforge: {', '.join(built) or 'none'}"))
+    out.append(
+        Finding(
+            "environment",
+            OK,
+            f"{where}: {len(env.packages)} stack package(s); "
+            f"built by sglforge: {', '.join(built) or 'none'}",
+        )
+    )
     return out
 
 
@@ -463,70 +645,123 @@ def _environment_archs(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -
             if not archs or gpu is None or any(arch_runs_on(a, gpu.compute_cap) for a in archs):
                 continue
             sm = "sm_" + gpu.compute_cap.replace(".", "")
-            out.append(Finding(
-                "arch", ERROR,
-                f"{package.name} {package.version} (built by sglforge) has device code for "
-                f"{', '.join(archs)} only; GPU {index} ({gpu.name}) is compute capability "
-                f"{gpu.compute_cap} ({sm}) — its kernels would fail with 'no kernel image is "
-                "available'",
-                f"add {sm}a to cuda-archs in the recipe for {package.name} and rebuild, or use a "
-                "stack built for this GPU"))
+            out.append(
+                Finding(
+                    "arch",
+                    ERROR,
+                    f"{package.name} {package.version} (built by sglforge) has device code for "
+                    f"{', '.join(archs)} only; GPU {index} ({gpu.name}) is compute capability "
+                    f"{gpu.compute_cap} ({sm}) — its kernels would fail with 'no kernel image is "
+                    "available'",
+                    f"add {sm}a to cuda-archs in the recipe for {package.name} and rebuild, or use a "
+                    "stack built for this GPU",
+                )
+            )
             break
-    unknown = sorted(p.name for p in env.packages if p.provenance is None
-                     and p.name.lower().replace("_", "-") in DEVICE_CODE_PACKAGES)
+    unknown = sorted(
+        p.name
+        for p in env.packages
+        if p.provenance is None and p.name.lower().replace("_", "-") in DEVICE_CODE_PACKAGES
+    )
     if unknown:
         ccs = sorted({present[i].compute_cap for i in wanted if i in present})
-        out.append(Finding(
-            "arch", WARNING,
-            f"device code of {', '.join(unknown)} is not recorded (not built by sglforge); "
-            f"not checked against compute capability {', '.join(ccs) or '?'}",
-            "a missing arch shows at launch as 'no kernel image is available' in the logs"))
+        out.append(
+            Finding(
+                "arch",
+                WARNING,
+                f"device code of {', '.join(unknown)} is not recorded (not built by sglforge); "
+                f"not checked against compute capability {', '.join(ccs) or '?'}",
+                "a missing arch shows at launch as 'no kernel image is available' in the logs",
+            )
+        )
     if not out:
-        out.append(Finding("arch", OK, "device code of sglforge-built packages runs on GPUs "
-                           f"{wanted}"))
+        out.append(
+            Finding("arch", OK, f"device code of sglforge-built packages runs on GPUs {wanted}")
+        )
     return out
 
 
 def _environment_torch(profile: SmokeProfile, facts: HostFacts, env: EnvStack) -> list[Finding]:
     torch = env.get("torch")
-    bound = {p.name: p.provenance.requires_torch for p in env.built_by_sglforge()
-             if p.provenance and p.provenance.requires_torch}
+    bound = {
+        p.name: p.provenance.requires_torch
+        for p in env.built_by_sglforge()
+        if p.provenance and p.provenance.requires_torch
+    }
     if torch is None:
         if not bound:
             return []
-        return [Finding("torch", ERROR, f"torch is not installed for {env.python}; "
-                        f"{', '.join(sorted(bound))} need torch "
-                        f"{', '.join(sorted(set(bound.values())))}")]
+        return [
+            Finding(
+                "torch",
+                ERROR,
+                f"torch is not installed for {env.python}; "
+                f"{', '.join(sorted(bound))} need torch "
+                f"{', '.join(sorted(set(bound.values())))}",
+            )
+        ]
     out = []
     public = torch.version.split("+")[0]
     for name, need in sorted(bound.items()):
         if need.split("+")[0] != public:
-            out.append(Finding("torch", ERROR, f"installed torch {torch.version} but {name} was "
-                               f"built against torch {need}; importing it fails with 'undefined "
-                               "symbol' (libtorch ABI)",
-                               f"rebuild {name} against torch {public} (toolchain.toml)"))
+            out.append(
+                Finding(
+                    "torch",
+                    ERROR,
+                    f"installed torch {torch.version} but {name} was "
+                    f"built against torch {need}; importing it fails with 'undefined "
+                    "symbol' (libtorch ABI)",
+                    f"rebuild {name} against torch {public} (toolchain.toml)",
+                )
+            )
     cuda = env.torch_cuda
     for package in env.built_by_sglforge():
         built_cuda = package.provenance.toolchain.get("cuda") if package.provenance else None
-        if cuda and built_cuda and package.provenance and package.provenance.cuda_archs \
-                and built_cuda.split(".")[0] != cuda.split(".")[0]:
-            out.append(Finding("torch", ERROR, f"torch {torch.version} is built for CUDA {cuda}, "
-                               f"{package.name} for CUDA {built_cuda}"))
-    jit = sorted(p.name for p in env.packages
-                 if any(u in p.name.lower() for u in JIT_UPSTREAMS))
+        if (
+            cuda
+            and built_cuda
+            and package.provenance
+            and package.provenance.cuda_archs
+            and built_cuda.split(".")[0] != cuda.split(".")[0]
+        ):
+            out.append(
+                Finding(
+                    "torch",
+                    ERROR,
+                    f"torch {torch.version} is built for CUDA {cuda}, "
+                    f"{package.name} for CUDA {built_cuda}",
+                )
+            )
+    jit = sorted(p.name for p in env.packages if any(u in p.name.lower() for u in JIT_UPSTREAMS))
     if profile.requires_gpu and jit:
         if facts.nvcc is None:
-            out.append(Finding("cuda-toolkit", ERROR, f"nvcc not found; {', '.join(jit)} "
-                               "compile kernels at runtime for the live GPU",
-                               "put the CUDA toolkit's bin/ on PATH or set CUDA_HOME"))
-        elif cuda and facts.nvcc_version and \
-                facts.nvcc_version.split(".")[0] != cuda.split(".")[0]:
-            out.append(Finding("cuda-toolkit", WARNING, f"nvcc {facts.nvcc_version} but torch "
-                               f"is built for CUDA {cuda}; JIT kernels ({', '.join(jit)}) may "
-                               "not load"))
+            out.append(
+                Finding(
+                    "cuda-toolkit",
+                    ERROR,
+                    f"nvcc not found; {', '.join(jit)} compile kernels at runtime for the live GPU",
+                    "put the CUDA toolkit's bin/ on PATH or set CUDA_HOME",
+                )
+            )
+        elif cuda and facts.nvcc_version and facts.nvcc_version.split(".")[0] != cuda.split(".")[0]:
+            out.append(
+                Finding(
+                    "cuda-toolkit",
+                    WARNING,
+                    f"nvcc {facts.nvcc_version} but torch "
+                    f"is built for CUDA {cuda}; JIT kernels ({', '.join(jit)}) may "
+                    "not load",
+                )
+            )
     if not out:
-        out.append(Finding("torch", OK, f"torch {torch.version} (CUDA {cuda or '?'})"
-                           + (f" matches {', '.join(sorted(bound))}" if bound else "")))
+        out.append(
+            Finding(
+                "torch",
+                OK,
+                f"torch {torch.version} (CUDA {cuda or '?'})"
+                + (f" matches {', '.join(sorted(bound))}" if bound else ""),
+            )
+        )
     return out
 
 
@@ -535,15 +770,24 @@ def _environment_nixl(profile: SmokeProfile, env: EnvStack) -> list[Finding]:
         return []
     plugin = profile.server.env.get("SGLANG_DISAGGREGATION_NIXL_BACKEND", "UCX")
     if env.nixl_module is None:
-        return [Finding("nixl", ERROR, f"backend = \"nixl\" but no NIXL package (nixl-cu13) is "
-                        f"installed for {env.python}",
-                        "install nixl-cu13 into the environment (or on PYTHONPATH)")]
+        return [
+            Finding(
+                "nixl",
+                ERROR,
+                f'backend = "nixl" but no NIXL package (nixl-cu13) is installed for {env.python}',
+                "install nixl-cu13 into the environment (or on PYTHONPATH)",
+            )
+        ]
     found = [p for p in env.nixl_plugins if os.path.basename(p).startswith(f"libplugin_{plugin}")]
     if not found:
         seen = ", ".join(os.path.basename(p) for p in env.nixl_plugins) or "none"
-        return [Finding("nixl", WARNING, f"{env.nixl_module}: no libplugin_{plugin}*.so beside "
-                        f"the package (found: {seen})",
-                        "SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin NIXL loads; the "
-                        "decode side fails at the first KV transfer without it")]
+        return [
+            Finding(
+                "nixl",
+                WARNING,
+                f"{env.nixl_module}: no libplugin_{plugin}*.so beside the package (found: {seen})",
+                "SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin NIXL loads; the "
+                "decode side fails at the first KV transfer without it",
+            )
+        ]
     return [Finding("nixl", OK, f"{env.nixl_module} with plugin {found[0]}")]
-

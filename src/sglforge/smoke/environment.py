@@ -27,10 +27,25 @@ from sglforge.wheel.provenance import PROVENANCE_FILE, Provenance
 
 # Every distribution the PD smoke's processes load, in the order the report lists them.
 STACK_PACKAGES = (
-    "sglang", "sglang-kernel", "sgl-kernel", "flashinfer-python", "flashinfer-cubin",
-    "flashinfer-jit-cache", "sgl-deep-gemm", "tilelang", "nixl", "nixl-cu13", "nixl-cu12",
-    "sglang-router", "torch", "triton", "transformers", "tokenizers", "safetensors",
-    "apache-tvm-ffi", "numpy",
+    "sglang",
+    "sglang-kernel",
+    "sgl-kernel",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "sgl-deep-gemm",
+    "tilelang",
+    "nixl",
+    "nixl-cu13",
+    "nixl-cu12",
+    "sglang-router",
+    "torch",
+    "triton",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "apache-tvm-ffi",
+    "numpy",
 )
 # Packages whose top-level module the servers cannot run without (checked by the doctor when
 # the profile needs GPUs; the stand-in profiles do not).
@@ -92,13 +107,24 @@ class InstalledPackage:
         return ORIGIN_SGLFORGE if self.provenance is not None else ORIGIN_OTHER
 
     def report(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"version": self.version, "origin": self.origin,
-                                 "location": self.location, "installer": self.installer}
+        entry: dict[str, Any] = {
+            "version": self.version,
+            "origin": self.origin,
+            "location": self.location,
+            "installer": self.installer,
+        }
         if self.provenance is not None:
             p = self.provenance
-            entry.update({"upstream": p.upstream, "commit": p.commit,
-                          "cuda_archs": list(p.cuda_archs), "requires_torch": p.requires_torch,
-                          "toolchain": p.toolchain, "provenance": p.to_json()})
+            entry.update(
+                {
+                    "upstream": p.upstream,
+                    "commit": p.commit,
+                    "cuda_archs": list(p.cuda_archs),
+                    "requires_torch": p.requires_torch,
+                    "toolchain": p.toolchain,
+                    "provenance": p.to_json(),
+                }
+            )
         if self.problem:
             entry["problem"] = self.problem
         return entry
@@ -127,28 +153,41 @@ class EnvStack:
         return {p.name: p.report() for p in self.packages}
 
     def summary(self) -> dict[str, Any]:
-        return {"python": self.python, "python_version": self.python_version,
-                "pythonpath": self.pythonpath, "torch_cuda": self.torch_cuda,
-                "nixl_module": self.nixl_module, "nixl_plugins": list(self.nixl_plugins),
-                "built_by_sglforge": [p.name for p in self.built_by_sglforge()],
-                "not_built_by_sglforge": [p.name for p in self.packages
-                                          if p.provenance is None]}
+        return {
+            "python": self.python,
+            "python_version": self.python_version,
+            "pythonpath": self.pythonpath,
+            "torch_cuda": self.torch_cuda,
+            "nixl_module": self.nixl_module,
+            "nixl_plugins": list(self.nixl_plugins),
+            "built_by_sglforge": [p.name for p in self.built_by_sglforge()],
+            "not_built_by_sglforge": [p.name for p in self.packages if p.provenance is None],
+        }
 
 
 def probe_environment(python: Path, extra: tuple[str, ...] = ()) -> EnvStack:
     """Run the probe in `python` (inheriting this environment, PYTHONPATH included)."""
     names = list(dict.fromkeys((*STACK_PACKAGES, *extra)))
     try:
-        result = subprocess.run([str(python), "-c", _PROBE, json.dumps(names)],
-                                capture_output=True, text=True, timeout=120, check=False,
-                                stdin=subprocess.DEVNULL, env=dict(os.environ))
+        result = subprocess.run(
+            [str(python), "-c", _PROBE, json.dumps(names)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SglforgeError(f"cannot run {python}: {exc}",
-                            hint="--python must be an interpreter of the serving stack") from None
+        raise SglforgeError(
+            f"cannot run {python}: {exc}",
+            hint="--python must be an interpreter of the serving stack",
+        ) from None
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
-        raise SglforgeError(f"probing the environment of {python} failed (exit "
-                            f"{result.returncode}):\n{tail}")
+        raise SglforgeError(
+            f"probing the environment of {python} failed (exit {result.returncode}):\n{tail}"
+        )
     return parse_probe(json.loads(result.stdout))
 
 
@@ -163,17 +202,27 @@ def parse_probe(data: dict[str, Any]) -> EnvStack:
                 provenance = Provenance.from_json(raw, f"{name} {PROVENANCE_FILE}")
             except SglforgeError as exc:
                 problem = exc.args[0]
-        packages.append(InstalledPackage(name=name, version=str(entry.get("version")),
-                                         location=entry.get("location"),
-                                         installer=entry.get("installer"),
-                                         provenance=provenance, problem=problem))
+        packages.append(
+            InstalledPackage(
+                name=name,
+                version=str(entry.get("version")),
+                location=entry.get("location"),
+                installer=entry.get("installer"),
+                provenance=provenance,
+                problem=problem,
+            )
+        )
     modules = data.get("modules", {})
     nixl = next((m for m in ("nixl_cu13", "nixl_cu12", "nixl") if m in modules), None)
     return EnvStack(
-        python=data.get("python", ""), python_version=data.get("python_version", ""),
-        pythonpath=data.get("pythonpath"), packages=tuple(packages),
-        torch_cuda=_torch_cuda(modules.get("torch")), nixl_module=nixl,
-        nixl_plugins=tuple((modules.get(nixl) or {}).get("plugins") or ()) if nixl else ())
+        python=data.get("python", ""),
+        python_version=data.get("python_version", ""),
+        pythonpath=data.get("pythonpath"),
+        packages=tuple(packages),
+        torch_cuda=_torch_cuda(modules.get("torch")),
+        nixl_module=nixl,
+        nixl_plugins=tuple((modules.get(nixl) or {}).get("plugins") or ()) if nixl else (),
+    )
 
 
 def _torch_cuda(torch_module: dict[str, Any] | None) -> str | None:

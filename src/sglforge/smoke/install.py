@@ -41,12 +41,18 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def find_python(version: str, *, search_path: str | None = None, use_uv: bool = True,
-                pyenv_root: str | None = None) -> Path:
+def find_python(
+    version: str,
+    *,
+    search_path: str | None = None,
+    use_uv: bool = True,
+    pyenv_root: str | None = None,
+) -> Path:
     """The toolchain interpreter for the smoke venv: the one discovery routine the build's
     nox sessions use too (`sglforge.base.python`)."""
-    return base_python.find_python(version, "the smoke venv", search_path=search_path,
-                                   use_uv=use_uv, pyenv_root=pyenv_root)
+    return base_python.find_python(
+        version, "the smoke venv", search_path=search_path, use_uv=use_uv, pyenv_root=pyenv_root
+    )
 
 
 def venv_base_python(project_root: Path) -> Path:
@@ -60,10 +66,24 @@ def venv_base_python(project_root: Path) -> Path:
     return find_python(load_toolchain(toolchain).python)
 
 
-def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpec,
-                 base_python: Path | None = None) -> InstallPlan:
-    pip = [str(venv_python(venv)), "-m", "pip", "install", "--require-hashes",
-           "--only-binary", ":all:", "--find-links", str(wheels_dir)]
+def plan_install(
+    venv: Path,
+    lock_path: Path,
+    wheels_dir: Path,
+    spec: InstallSpec,
+    base_python: Path | None = None,
+) -> InstallPlan:
+    pip = [
+        str(venv_python(venv)),
+        "-m",
+        "pip",
+        "install",
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "--find-links",
+        str(wheels_dir),
+    ]
     if spec.wheelhouse:
         pip += ["--find-links", str(spec.wheelhouse)]
     if spec.index_url:
@@ -74,8 +94,7 @@ def plan_install(venv: Path, lock_path: Path, wheels_dir: Path, spec: InstallSpe
     # A user's pip.conf may add indexes or find-links; the lock alone decides what installs.
     env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     base = str(base_python or sys.executable)
-    return InstallPlan(venv=venv, create=(base, "-m", "venv", str(venv)),
-                       pip=tuple(pip), env=env)
+    return InstallPlan(venv=venv, create=(base, "-m", "venv", str(venv)), pip=tuple(pip), env=env)
 
 
 def install(plan: InstallPlan, wheelset: WheelSet, log: Path) -> None:
@@ -88,19 +107,28 @@ def install(plan: InstallPlan, wheelset: WheelSet, log: Path) -> None:
         for argv in (plan.create, plan.pip):
             out.write(f"$ {' '.join(argv)}\n")
             out.flush()
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL, check=False)
+            result = subprocess.run(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
             if result.returncode != 0:
                 out.close()
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
                 what = "creating the venv" if argv is plan.create else "pip install"
                 raise SglforgeError(
                     f"{what} failed (exit {result.returncode}); last lines of {log}:\n{tail}",
-                    hint=None if argv is plan.create else
-                    "third-party pins come from [install] wheelhouse/index-url "
-                    "(or --wheelhouse/--index-url)")
-    missing = [w.name for w in wheelset.wheels
-               if installed_version(w.name, plan.python) != w.version]
+                    hint=None
+                    if argv is plan.create
+                    else "third-party pins come from [install] wheelhouse/index-url "
+                    "(or --wheelhouse/--index-url)",
+                )
+    missing = [
+        w.name for w in wheelset.wheels if installed_version(w.name, plan.python) != w.version
+    ]
     if missing:
         raise SglforgeError(f"after pip install, the venv {plan.venv} lacks {', '.join(missing)}")
 
@@ -109,14 +137,26 @@ def missing_launch_modules(python: Path, commands: dict[str, tuple[str, ...]]) -
     """For commands of the form `{python} -m pkg.module`, the ones whose top-level package is
     not installed in the venv (e.g. sglang-router left out of the lock). Checked without
     importing: importing sglang takes seconds and needs a GPU."""
-    wanted = {where: argv[2].split(".")[0] for where, argv in commands.items()
-              if len(argv) >= 3 and argv[0] == "{python}" and argv[1] == "-m"}
+    wanted = {
+        where: argv[2].split(".")[0]
+        for where, argv in commands.items()
+        if len(argv) >= 3 and argv[0] == "{python}" and argv[1] == "-m"
+    }
     if not wanted:
         return []
-    code = ("import importlib.util, sys\n"
-            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
-    result = subprocess.run([str(python), "-c", code, *sorted(set(wanted.values()))],
-                            capture_output=True, text=True, check=False)
+    code = (
+        "import importlib.util, sys\n"
+        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+    )
+    result = subprocess.run(
+        [str(python), "-c", code, *sorted(set(wanted.values()))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     absent = set(result.stdout.split()) if result.returncode == 0 else set(wanted.values())
-    return [f"{where}: module '{module}' is not installed in {python.parent.parent}"
-            for where, module in sorted(wanted.items()) if module in absent]
+    return [
+        f"{where}: module '{module}' is not installed in {python.parent.parent}"
+        for where, module in sorted(wanted.items())
+        if module in absent
+    ]

@@ -22,8 +22,11 @@ from sglforge.base.procgroup import session_members
 
 # The stack's native parts: NIXL and its plugins, UCX, the kernel package, DeepGEMM,
 # flashinfer's and tvm-ffi's JIT libraries, NCCL.
-LIBRARY = re.compile(r"(nixl|ucx|libuc[mpst]|plugin_|sgl_kernel|common_ops|deep_gemm|"
-                     r"flashinfer|tvm_ffi|nccl)", re.IGNORECASE)
+LIBRARY = re.compile(
+    r"(nixl|ucx|libuc[mpst]|plugin_|sgl_kernel|common_ops|deep_gemm|"
+    r"flashinfer|tvm_ffi|nccl)",
+    re.IGNORECASE,
+)
 # Log lines about the transfer backend and DeepGEMM.
 LOG_LINE = re.compile(r"(nixl|\bucx\b|libplugin|backend ucx|deep_?gemm)", re.IGNORECASE)
 MAX_LOG_LINES = 40
@@ -50,8 +53,11 @@ def server_libraries(session: int) -> tuple[list[int], list[str]]:
     pids = session_members(session)
     found: set[str] = set()
     for pid in pids:
-        found |= {p for p in mapped_files(pid) if LIBRARY.search(Path(p).name)
-                  or LIBRARY.search(str(Path(p).parent))}
+        found |= {
+            p
+            for p in mapped_files(pid)
+            if LIBRARY.search(Path(p).name) or LIBRARY.search(str(Path(p).parent))
+        }
     return pids, sorted(found)
 
 
@@ -62,8 +68,9 @@ def log_lines(log: Path, skip: int = 0) -> list[str]:
         lines = log.read_text(errors="replace").splitlines()[skip:]
     except OSError:
         return []
-    picked = [line[:MAX_LINE] for line in lines
-              if LOG_LINE.search(line) and "server_args=" not in line]  # not the argument dump
+    picked = [
+        line[:MAX_LINE] for line in lines if LOG_LINE.search(line) and "server_args=" not in line
+    ]  # not the argument dump
     return picked[:MAX_LOG_LINES]
 
 
@@ -72,17 +79,20 @@ def jit_files(directory: Path) -> list[str] | None:
     if not directory.is_dir():
         return None
     files = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
-    return files[:MAX_JIT_FILES] + ([f"... {len(files) - MAX_JIT_FILES} more"]
-                                    if len(files) > MAX_JIT_FILES else [])
+    return files[:MAX_JIT_FILES] + (
+        [f"... {len(files) - MAX_JIT_FILES} more"] if len(files) > MAX_JIT_FILES else []
+    )
 
 
 def evidence(process: Any, jit_dirs: dict[str, Path] | None = None) -> dict[str, Any]:
     """One server's record (a processes.ManagedProcess): pids, stack libraries mapped, the
     transfer/DeepGEMM log lines so far, and the listed JIT caches."""
     pids, libraries = server_libraries(process.pgid)
-    record: dict[str, Any] = {"pids": pids, "libraries": libraries,
-                              "log_lines": log_lines(process.command.log,
-                                                     process.command.shell().count("\n") + 1)}
+    record: dict[str, Any] = {
+        "pids": pids,
+        "libraries": libraries,
+        "log_lines": log_lines(process.command.log, process.command.shell().count("\n") + 1),
+    }
     for name, directory in (jit_dirs or {}).items():
         record[f"jit_{name}"] = jit_files(directory)
     return record

@@ -61,8 +61,10 @@ class ProcessExited(Exception):
     def __init__(self, process: ManagedProcess, during: str) -> None:
         self.process = process
         self.during = during
-        super().__init__(f"{process.role} (pid {process.popen.pid}) ended during {during}: "
-                         f"{process.describe_exit()}")
+        super().__init__(
+            f"{process.role} (pid {process.popen.pid}) ended during {during}: "
+            f"{process.describe_exit()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,18 @@ class ProcessSet:
             started = time.monotonic()
             try:
                 popen = subprocess.Popen(
-                    command.argv, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, env={**os.environ, **command.env},
-                    start_new_session=True)
+                    command.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **command.env},
+                    start_new_session=True,
+                )
             except OSError as exc:
-                raise LaunchError(command.role, f"cannot start {command.role}: "
-                                  f"{command.argv[0]}: {exc.strerror or exc}") from None
+                raise LaunchError(
+                    command.role,
+                    f"cannot start {command.role}: {command.argv[0]}: {exc.strerror or exc}",
+                ) from None
         process = ManagedProcess(command, popen, started)
         self.processes.append(process)
         return process
@@ -139,5 +147,6 @@ class ProcessSet:
             self.teardown_result = TeardownResult(
                 signalled={p.role: r.how for p, r in pairs},
                 survivors={p.role: r.survivors for p, r in pairs if r.survivors},
-                seconds=results[0].seconds if results else 0.0)
+                seconds=results[0].seconds if results else 0.0,
+            )
         return self.teardown_result

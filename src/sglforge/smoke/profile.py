@@ -18,7 +18,12 @@ from pathlib import Path
 from sglforge.base.errors import SglforgeError
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml, tomllib
 from sglforge.qualification import qualprofile
-from sglforge.qualification.qualprofile import ColocatedSpec, EquivalenceSpec, GatesSpec, ReferenceSpec
+from sglforge.qualification.qualprofile import (
+    ColocatedSpec,
+    EquivalenceSpec,
+    GatesSpec,
+    ReferenceSpec,
+)
 
 PLACEHOLDERS = ("python", "model", "run_dir", "project")
 # SGLang's --disaggregation-transfer-backend choices (0.5.9 `--help`, upstreams.md §8).
@@ -140,8 +145,11 @@ class SmokeProfile:
 
     def ports(self) -> dict[int, str]:
         """Every port the smoke will listen on → what it is for (for doctor and errors)."""
-        ports = {self.prefill.port: "prefill HTTP port", self.decode.port: "decode HTTP port",
-                 self.router.port: "router port"}
+        ports = {
+            self.prefill.port: "prefill HTTP port",
+            self.decode.port: "decode HTTP port",
+            self.router.port: "router port",
+        }
         if self.prefill.bootstrap_port is not None:
             ports[self.prefill.bootstrap_port] = "prefill bootstrap port"
         if self.colocated is not None:
@@ -159,24 +167,119 @@ def resolve_profile_path(profiles_dir: Path, name_or_path: str) -> Path:
     path = profiles_dir / f"{name_or_path}.toml"
     if not path.exists():
         known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
-        raise SglforgeError(f"no smoke profile '{name_or_path}' ({path} does not exist)",
-                            hint=f"known profiles: {', '.join(known) or 'none'}")
+        raise SglforgeError(
+            f"no smoke profile '{name_or_path}' ({path} does not exist)",
+            hint=f"known profiles: {', '.join(known) or 'none'}",
+        )
     return path
 
 
+@dataclass(frozen=True)
+class _ProfileFile:
+    """One profile file being read: its text (for line numbers), the problems found so far,
+    and the reader of its top-level table."""
+
+    text: str
+    problems: Problems
+    top: TableReader
+
+    @classmethod
+    def read(cls, path: Path) -> _ProfileFile:
+        data, text = load_toml(path)
+        problems = Problems(path)
+        return cls(text, problems, TableReader(data, problems, "profile", _locate_in(text, None)))
+
+    def locate_in(self, table: str | None):
+        """`key -> line number` for the keys of `[table]` (of the top level for None)."""
+        return _locate_in(self.text, table)
+
+    def sub(self, name: str, required: bool = False) -> TableReader:
+        """A reader of the top-level table `[name]` (empty when it is absent)."""
+        table = self.top.table(name, required=required) or {}
+        return TableReader(table, self.problems, f"[{name}]", self.locate_in(name))
+
+
+def _locate_in(text: str, table: str | None):
+    """`key -> line number` for the keys of `[table]` in `text` (of the top level for None)."""
+    start = 1
+    if table:
+        lines = text.splitlines()
+        header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
+        start = next((i for i, line in enumerate(lines, 1) if header.match(line)), 1)
+    return lambda key: key_line(text, start, key)
+
+
+@dataclass(frozen=True)
+class _TopLevel:
+    """The profile's top-level keys (its tables are read on their own)."""
+
+    description: str
+    model: str
+    backend: str
+    host: str
+    requires_gpu: bool
+    numa_binding: bool
+    share_gpus: bool
+    tiny_heads: int
+
+
+@dataclass(frozen=True)
+class _ChecksTable:
+    """What `[checks]` holds: the smoke's checks and the qualification's settings."""
+
+    checks: ChecksSpec
+    equivalence: EquivalenceSpec | None
+    reference: ReferenceSpec | None
+
+
 def load_profile(path: Path, project_root: Path) -> SmokeProfile:
-    data, text = load_toml(path)
-    problems = Problems(path)
+    """Read and check the profile at `path`, table by table, then across tables; every
+    problem found is raised at once (`ConfigErrors`)."""
+    file = _ProfileFile.read(path)
+    keys = _read_top_level(file.top)
+    install = _read_install(file, project_root)
+    server = _read_server(file)
+    roles = _read_roles(file, keys.share_gpus)
+    router = _read_router(file)
+    timeouts = _read_timeouts(file)
+    checks = _read_checks(file)
+    colocated, gates, limitations = _qualification(
+        file, project_root, checks.checks.run, roles, keys.share_gpus
+    )
+    file.top.finish()
+    _check_ports(file.problems, roles, router, colocated)
+    _check_placeholders(file.problems, server, roles.values(), router, colocated)
+    if keys.model == TINY_MODEL:
+        _check_tiny_model(file.problems, keys.tiny_heads, roles, colocated)
+    file.problems.raise_if_any()
+    return SmokeProfile(
+        name=path.stem,
+        path=path,
+        description=keys.description,
+        model=keys.model,
+        backend=keys.backend,
+        host=keys.host,
+        requires_gpu=keys.requires_gpu,
+        numa_binding=keys.numa_binding,
+        install=install,
+        server=server,
+        prefill=roles["prefill"],
+        decode=roles["decode"],
+        router=router,
+        timeouts=timeouts,
+        checks=checks.checks,
+        share_gpus=keys.share_gpus,
+        tiny_heads=keys.tiny_heads,
+        colocated=colocated,
+        equivalence=checks.equivalence,
+        reference=checks.reference,
+        gates=gates,
+        limitations=limitations,
+    )
 
-    def locate_in(table: str | None):  # noqa: ANN202
-        start = 1
-        if table:
-            lines = text.splitlines()
-            header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
-            start = next((i for i, line in enumerate(lines, 1) if header.match(line)), 1)
-        return lambda key: key_line(text, start, key)
 
-    top = TableReader(data, problems, "profile", locate_in(None))
+def _read_top_level(top: TableReader) -> _TopLevel:
+    """The top-level keys: model, transfer backend, host, GPU and NUMA settings."""
     description = top.str("description") or ""
     model = top.str("model", required=True) or ""
     backend = top.str("backend", required=True) or "nixl"
@@ -190,145 +293,215 @@ def load_profile(path: Path, project_root: Path) -> SmokeProfile:
     # (sglforge tiny-model --heads; 2 is the shape of the 1- and 2-GPU H200 runs).
     tiny_heads = top.int("tiny-heads", minimum=1, maximum=64)
     if tiny_heads is not None and model != TINY_MODEL:
-        top.error("tiny-heads", f"only for model = \"{TINY_MODEL}\" (the generated model)")
-    tiny_heads = tiny_heads or 2
+        top.error("tiny-heads", f'only for model = "{TINY_MODEL}" (the generated model)')
+    return _TopLevel(
+        description=description,
+        model=model,
+        backend=backend,
+        host=host,
+        requires_gpu=requires_gpu,
+        numa_binding=numa_binding,
+        share_gpus=share_gpus,
+        tiny_heads=tiny_heads or 2,
+    )
 
-    def sub(name: str, required: bool = False) -> TableReader:
-        table = top.table(name, required=required) or {}
-        return TableReader(table, problems, f"[{name}]", locate_in(name))
 
-    install_r = sub("install")
-    wheelhouse = install_r.str("wheelhouse")
+def _read_install(file: _ProfileFile, project_root: Path) -> InstallSpec:
+    """`[install]`: where the third-party wheels come from."""
+    r = file.sub("install")
+    wheelhouse = r.str("wheelhouse")
     install = InstallSpec(
         wheelhouse=(project_root / wheelhouse) if wheelhouse else None,
-        index_url=install_r.str("index-url"))
-    install_r.finish()
+        index_url=r.str("index-url"),
+    )
+    r.finish()
+    return install
 
-    server_r = sub("server")
+
+def _read_server(file: _ProfileFile) -> ServerSpec:
+    """`[server]`: the launcher, arguments and environment both roles share."""
+    r = file.sub("server")
     server = ServerSpec(
-        command=tuple(server_r.str_list("command") or ["{python}", "-m", "sglang.launch_server"]),
-        args=tuple(server_r.str_list("args") or []),
-        env=_env_table(server_r, text))
+        command=tuple(r.str_list("command") or ["{python}", "-m", "sglang.launch_server"]),
+        args=tuple(r.str_list("args") or []),
+        env=_env_table(r, file.text),
+    )
     if not server.command:
-        server_r.error("command", "must not be empty")
-    server_r.finish()
+        r.error("command", "must not be empty")
+    r.finish()
+    return server
 
-    roles = {}
-    for role in ROLES:
-        r = sub(role, required=True)
-        gpus = tuple(r.int_list("gpus", required=True, minimum=0, maximum=MAX_GPUS_INDEX) or [])
-        tp = r.int("tp", minimum=1, maximum=MAX_GPUS_INDEX + 1) or max(1, len(gpus))
-        if gpus and len(gpus) != tp:
-            r.error("gpus", f"{len(gpus)} GPUs listed but tp = {tp}; list exactly tp GPUs")
-        if len(set(gpus)) != len(gpus):
-            r.error("gpus", f"GPU listed twice in {list(gpus)}")
-        bootstrap = (r.int("bootstrap-port", minimum=1, maximum=PORT_MAX)
-                     if role == "prefill" else None)
-        if role == "prefill" and bootstrap is None:
-            bootstrap = 8998  # SGLang's default --disaggregation-bootstrap-port
-        roles[role] = RoleSpec(
-            role=role, gpus=gpus, numa_node=r.int("numa-node", minimum=0, maximum=MAX_GPUS_INDEX),
-            tp=tp, port=r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
-            bootstrap_port=bootstrap,
-            args=tuple(r.str_list("args") or []), env=_env_table(r, text))
-        r.finish()
+
+def _read_roles(file: _ProfileFile, share_gpus: bool) -> dict[str, RoleSpec]:
+    """`[prefill]` and `[decode]`, which may share GPUs only with share-gpus = true."""
+    roles = {role: _read_role(file, role) for role in ROLES}
     overlap = set(roles["prefill"].gpus) & set(roles["decode"].gpus)
     if overlap and not share_gpus:
-        problems.add(f"[prefill] and [decode] share GPUs {sorted(overlap)}; each role needs its "
-                     "own GPUs, or set share-gpus = true (and a --mem-fraction-static per role "
-                     "that leaves room for the other) to run both on one GPU")
+        file.problems.add(
+            f"[prefill] and [decode] share GPUs {sorted(overlap)}; each role needs its "
+            "own GPUs, or set share-gpus = true (and a --mem-fraction-static per role "
+            "that leaves room for the other) to run both on one GPU"
+        )
+    return roles
 
-    router_r = sub("router", required=True)
+
+def _read_role(file: _ProfileFile, role: str) -> RoleSpec:
+    """`[prefill]` or `[decode]`: one server's GPUs, NUMA node, ports, arguments, environment."""
+    r = file.sub(role, required=True)
+    gpus = tuple(r.int_list("gpus", required=True, minimum=0, maximum=MAX_GPUS_INDEX) or [])
+    tp = r.int("tp", minimum=1, maximum=MAX_GPUS_INDEX + 1) or max(1, len(gpus))
+    if gpus and len(gpus) != tp:
+        r.error("gpus", f"{len(gpus)} GPUs listed but tp = {tp}; list exactly tp GPUs")
+    if len(set(gpus)) != len(gpus):
+        r.error("gpus", f"GPU listed twice in {list(gpus)}")
+    bootstrap = r.int("bootstrap-port", minimum=1, maximum=PORT_MAX) if role == "prefill" else None
+    if role == "prefill" and bootstrap is None:
+        bootstrap = 8998  # SGLang's default --disaggregation-bootstrap-port
+    spec = RoleSpec(
+        role=role,
+        gpus=gpus,
+        numa_node=r.int("numa-node", minimum=0, maximum=MAX_GPUS_INDEX),
+        tp=tp,
+        port=r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
+        bootstrap_port=bootstrap,
+        args=tuple(r.str_list("args") or []),
+        env=_env_table(r, file.text),
+    )
+    r.finish()
+    return spec
+
+
+def _read_router(file: _ProfileFile) -> RouterSpec:
+    """`[router]`: how the router is launched and the endpoint that says it is ready."""
+    r = file.sub("router", required=True)
     router = RouterSpec(
-        command=tuple(router_r.str_list("command")
-                      or ["{python}", "-m", "sglang_router.launch_router"]),
-        port=router_r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
-        args=tuple(router_r.str_list("args") or []), env=_env_table(router_r, text),
-        ready_path=router_r.str("ready-path") or DEFAULT_ROUTER_READY_PATH)
+        command=tuple(r.str_list("command") or ["{python}", "-m", "sglang_router.launch_router"]),
+        port=r.int("port", required=True, minimum=1, maximum=PORT_MAX) or 0,
+        args=tuple(r.str_list("args") or []),
+        env=_env_table(r, file.text),
+        ready_path=r.str("ready-path") or DEFAULT_ROUTER_READY_PATH,
+    )
     if not router.ready_path.startswith("/"):
-        router_r.error("ready-path", f"must start with '/', got {router.ready_path!r}")
-    router_r.finish()
+        r.error("ready-path", f"must start with '/', got {router.ready_path!r}")
+    r.finish()
+    return router
 
-    t = sub("timeouts")
+
+def _read_timeouts(file: _ProfileFile) -> Timeouts:
+    """`[timeouts]`, in seconds."""
+    t = file.sub("timeouts")
     timeouts = Timeouts(
-        health=_seconds(t, "health", 1800), health_generate=_seconds(t, "health-generate", 600),
-        router=_seconds(t, "router", 120), request=_seconds(t, "request", 600),
-        teardown=_seconds(t, "teardown", 30))
+        health=_seconds(t, "health", 1800),
+        health_generate=_seconds(t, "health-generate", 600),
+        router=_seconds(t, "router", 120),
+        request=_seconds(t, "request", 600),
+        teardown=_seconds(t, "teardown", 30),
+    )
     t.finish()
+    return timeouts
 
-    c = sub("checks")
+
+def _read_checks(file: _ProfileFile) -> _ChecksTable:
+    """`[checks]`: which checks run and their settings, the equivalence and reference ones
+    included."""
+    c = file.sub("checks")
     run = tuple(c.str_list("run") or DEFAULT_CHECKS)
     for name in run:
         if name not in CHECKS:
             c.error("run", f"unknown check {name!r}; known: {', '.join(CHECKS)}")
-    lengths = tuple(c.int_list("needle-lengths", minimum=1, maximum=MAX_NEEDLE_TOKENS)
-                    or [2048, 4096, 8192, 16384])
+    lengths = tuple(
+        c.int_list("needle-lengths", minimum=1, maximum=MAX_NEEDLE_TOKENS)
+        or [2048, 4096, 8192, 16384]
+    )
     must = tuple(c.int_list("needle-must-recall", minimum=1, maximum=MAX_NEEDLE_TOKENS) or [])
     for length in must:
         if length not in lengths:
             c.error("needle-must-recall", f"{length} is not in needle-lengths {list(lengths)}")
     words_per_token = c.number("words-per-token", default=0.75, maximum=10.0)
     checks = ChecksSpec(
-        run=run, prompt=c.str("prompt") or "The capital of France is",
+        run=run,
+        prompt=c.str("prompt") or "The capital of France is",
         max_new_tokens=c.int("max-new-tokens", minimum=1, maximum=MAX_NEW_TOKENS) or 16,
         concurrency=c.int("concurrency", minimum=1, maximum=MAX_CONCURRENCY) or 16,
-        needle_lengths=lengths, needle_must_recall=must, words_per_token=words_per_token)
+        needle_lengths=lengths,
+        needle_must_recall=must,
+        words_per_token=words_per_token,
+    )
     equivalence = qualprofile.read_equivalence(c, words_per_token)
     reference = qualprofile.read_reference(c)
     c.finish()
-    colocated, gates, limitations = _qualification(top, sub, problems, project_root, locate_in,
-                                                   run, roles, share_gpus)
-    top.finish()
+    return _ChecksTable(checks, equivalence, reference)
 
+
+def _check_ports(
+    problems: Problems,
+    roles: dict[str, RoleSpec],
+    router: RouterSpec,
+    colocated: ColocatedSpec | None,
+) -> None:
+    """Every port the smoke listens on is a different one."""
     ports: dict[int, str] = {}
-    for where, port in (("[prefill] port", roles["prefill"].port),
-                        ("[prefill] bootstrap-port", roles["prefill"].bootstrap_port),
-                        ("[decode] port", roles["decode"].port), ("[router] port", router.port),
-                        ("[colocated] port", colocated.port if colocated else None)):
+    for where, port in (
+        ("[prefill] port", roles["prefill"].port),
+        ("[prefill] bootstrap-port", roles["prefill"].bootstrap_port),
+        ("[decode] port", roles["decode"].port),
+        ("[router] port", router.port),
+        ("[colocated] port", colocated.port if colocated else None),
+    ):
         if port and port in ports:
             problems.add(f"{where} = {port} is also {ports[port]}; every port must differ")
         elif port:
             ports[port] = where
-    _check_placeholders(problems, server, roles.values(), router, colocated)
-    if model == TINY_MODEL:  # SGLang refuses a TP size that does not divide the heads
-        for where, tp in ((f"[{r.role}] tp", r.tp) for r in roles.values()):
-            _check_tiny_tp(problems, where, tp, tiny_heads)
-        if colocated is not None:
-            _check_tiny_tp(problems, "[colocated] tp", colocated.tp, tiny_heads)
-    problems.raise_if_any()
-    return SmokeProfile(
-        name=path.stem, path=path, description=description, model=model, backend=backend,
-        host=host, requires_gpu=requires_gpu, numa_binding=numa_binding, install=install,
-        server=server, prefill=roles["prefill"], decode=roles["decode"], router=router,
-        timeouts=timeouts, checks=checks, share_gpus=share_gpus, tiny_heads=tiny_heads,
-        colocated=colocated,
-        equivalence=equivalence, reference=reference, gates=gates, limitations=limitations)
 
 
-def _qualification(top: TableReader, sub, problems: Problems, project_root: Path,  # noqa: ANN001
-                   locate_in, run: tuple[str, ...], roles: dict[str, RoleSpec],  # noqa: ANN001
-                   share_gpus: bool):  # noqa: ANN202
+def _check_tiny_model(
+    problems: Problems, heads: int, roles: dict[str, RoleSpec], colocated: ColocatedSpec | None
+) -> None:
+    """SGLang refuses a TP size that does not divide the generated model's attention heads."""
+    for where, tp in ((f"[{r.role}] tp", r.tp) for r in roles.values()):
+        _check_tiny_tp(problems, where, tp, heads)
+    if colocated is not None:
+        _check_tiny_tp(problems, "[colocated] tp", colocated.tp, heads)
+
+
+def _qualification(
+    file: _ProfileFile,
+    project_root: Path,
+    run: tuple[str, ...],
+    roles: dict[str, RoleSpec],
+    share_gpus: bool,
+):
     """[colocated], [gates.*] and `limitations` (qualprofile.py), with their cross-checks."""
+    top, problems = file.top, file.problems
     colocated = None
     if "colocated" in top.data:
-        colocated = qualprofile.read_colocated(sub("colocated"))
+        colocated = qualprofile.read_colocated(file.sub("colocated"))
         for name in (n for n, _ in colocated.env if not ENV_NAME.fullmatch(n)):
-            problems.add(f"[colocated] env, key {name[:80]!r}: not an environment variable "
-                         "name (letters, digits and '_', not starting with a digit)")
+            problems.add(
+                f"[colocated] env, key {name[:80]!r}: not an environment variable "
+                "name (letters, digits and '_', not starting with a digit)"
+            )
         pair = set(roles["prefill"].gpus) | set(roles["decode"].gpus)
         if set(colocated.gpus) & pair and not share_gpus and not colocated.after_pair:
-            problems.add(f"[colocated] gpus {list(colocated.gpus)} are also the PD pair's; give "
-                         "it its own GPUs, or set share-gpus = true (with a "
-                         "--mem-fraction-static per server that leaves room for the others)")
+            problems.add(
+                f"[colocated] gpus {list(colocated.gpus)} are also the PD pair's; give "
+                "it its own GPUs, or set share-gpus = true (with a "
+                "--mem-fraction-static per server that leaves room for the others)"
+            )
     elif "equivalence" in run:
-        problems.add("[checks] run lists 'equivalence' but the profile has no [colocated] "
-                     "server to compare the PD pair with")
+        problems.add(
+            "[checks] run lists 'equivalence' but the profile has no [colocated] "
+            "server to compare the PD pair with"
+        )
     gates = GatesSpec()
     if "gates" in top.data:
         table = top.table("gates") or {}
         gates = qualprofile.read_gates(
-            TableReader(table, problems, "[gates]", locate_in("gates")), problems,
-            project_root, locate_in)
+            TableReader(table, problems, "[gates]", file.locate_in("gates")),
+            problems,
+            project_root,
+            file.locate_in,
+        )
     limitations = tuple(top.str_list("limitations") or [])
     return colocated, gates, limitations
 
@@ -345,8 +518,10 @@ def _env_table(reader: TableReader, text: str) -> dict[str, str]:
         del env[name]
         line = _quoted_key_line(text, name)
         at = f" (line {line})" if line else ""
-        reader.problems.add(f"{reader.where} env, key {name[:80]!r}{at}: not an environment "
-                            "variable name (letters, digits and '_', not starting with a digit)")
+        reader.problems.add(
+            f"{reader.where} env, key {name[:80]!r}{at}: not an environment "
+            "variable name (letters, digits and '_', not starting with a digit)"
+        )
     return env
 
 
@@ -366,17 +541,24 @@ def _quoted_key_line(text: str, name: str) -> int | None:
 
 def _check_tiny_tp(problems: Problems, where: str, tp: int, heads: int) -> None:
     if heads % tp:
-        problems.add(f"{where} = {tp}, but the tiny model has {heads} attention head(s) and "
-                     f"tensor parallelism splits them {tp} ways; set tiny-heads to a multiple "
-                     f"of {tp}")
+        problems.add(
+            f"{where} = {tp}, but the tiny model has {heads} attention head(s) and "
+            f"tensor parallelism splits them {tp} ways; set tiny-heads to a multiple "
+            f"of {tp}"
+        )
 
 
 def _seconds(reader: TableReader, key: str, default: float) -> float:
     return reader.number(key, default=default, maximum=MAX_SECONDS)
 
 
-def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: RouterSpec,  # noqa: ANN001
-                        colocated: ColocatedSpec | None = None) -> None:
+def _check_placeholders(
+    problems: Problems,
+    server: ServerSpec,
+    roles,
+    router: RouterSpec,
+    colocated: ColocatedSpec | None = None,
+) -> None:
     """Unknown `{name}` in commands/args/env is a typo that would otherwise reach a server."""
     places: list[tuple[str, str]] = []
     if colocated is not None:
@@ -394,8 +576,10 @@ def _check_placeholders(problems: Problems, server: ServerSpec, roles, router: R
     for where, value in places:
         for name in re.findall(r"\{([^{}]*)\}", value):
             if name not in PLACEHOLDERS:
-                problems.add(f"{where}: unknown placeholder {{{name}}} in {value!r}; "
-                             f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+                problems.add(
+                    f"{where}: unknown placeholder {{{name}}} in {value!r}; "
+                    f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+                )
 
 
 def expand(value: str, values: dict[str, str]) -> str:

@@ -19,17 +19,25 @@ from sglforge.smoke.processes import ManagedProcess, ProcessSet
 class NotReady(Exception):
     def __init__(self, process: ManagedProcess, path: str, seconds: float, last: str) -> None:
         self.process = process
-        super().__init__(f"{process.role} did not answer 200 on {path} within {seconds:g} s "
-                         f"(last answer: {last})")
+        super().__init__(
+            f"{process.role} did not answer 200 on {path} within {seconds:g} s "
+            f"(last answer: {last})"
+        )
 
 
 class _Stopped(Exception):
     """Another server's wait failed: this one gives up quietly."""
 
 
-def wait_ready(processes: ProcessSet, process: ManagedProcess, path: str, seconds: float,
-               poll: float = 0.25, deadline: float | None = None,
-               stop: threading.Event | None = None) -> float:
+def wait_ready(
+    processes: ProcessSet,
+    process: ManagedProcess,
+    path: str,
+    seconds: float,
+    poll: float = 0.25,
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> float:
     """Poll `process`'s `path` until 200; return the seconds it took.
 
     `deadline` (time.monotonic) lets servers that load in parallel share one budget of
@@ -52,8 +60,13 @@ def wait_ready(processes: ProcessSet, process: ManagedProcess, path: str, second
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
 
-def wait_all_ready(processes: ProcessSet, targets: list[ManagedProcess], path: str,
-                   seconds: float, poll: float = 0.25) -> dict[str, float]:
+def wait_all_ready(
+    processes: ProcessSet,
+    targets: list[ManagedProcess],
+    path: str,
+    seconds: float,
+    poll: float = 0.25,
+) -> dict[str, float]:
     """Poll every target's `path` at once until each answers 200, within one shared budget of
     `seconds`; role -> seconds from that process's launch to its first 200.
 
@@ -79,8 +92,10 @@ def wait_all_ready(processes: ProcessSet, targets: list[ManagedProcess], path: s
                 errors.append(exc)
             stop.set()
 
-    threads = [threading.Thread(target=wait, args=(p,), name=f"ready-{p.role}", daemon=True)
-               for p in targets]
+    threads = [
+        threading.Thread(target=wait, args=(p,), name=f"ready-{p.role}", daemon=True)
+        for p in targets
+    ]
     for thread in threads:
         thread.start()
     try:

@@ -47,8 +47,7 @@ class SmokeReport:
     model: str
     backend: str
     run_dir: str
-    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                time.gmtime()))
+    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     result: str = "running"  # pass | fail | interrupted
     failure: Failure | None = None
     stages: list[Stage] = field(default_factory=list)
@@ -64,8 +63,9 @@ class SmokeReport:
     # role -> what its processes mapped and logged while serving (smoke/loaded.py)
     loaded: dict[str, Any] = field(default_factory=dict)
     teardown: dict[str, Any] = field(default_factory=dict)
-    host: dict[str, str] = field(default_factory=lambda: {
-        "hostname": platform.node(), "python": platform.python_version()})
+    host: dict[str, str] = field(
+        default_factory=lambda: {"hostname": platform.node(), "python": platform.python_version()}
+    )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -86,14 +86,20 @@ class SmokeReport:
             "ttft_s": stream.metrics.get("ttft_s") if stream else None,
             "decode_tokens_per_s": stream.metrics.get("decode_tokens_per_s") if stream else None,
             "concurrent_tokens_per_s": concurrent.metrics.get("tokens_per_s")
-            if concurrent else None,
+            if concurrent
+            else None,
             "needle_recalled": needle.metrics.get("recalled") if needle else None,
             "needle_lost": needle.metrics.get("lost") if needle else None,
         }
 
     def summary_text(self) -> str:
-        lines = [f"sglforge smoke: {self.result.upper()} — profile {self.profile} "
-                 f"(model {self.model}, backend {self.backend})", ""]
+        lines = [
+            (
+                f"sglforge smoke: {self.result.upper()} — profile {self.profile} "
+                f"(model {self.model}, backend {self.backend})"
+            ),
+            "",
+        ]
         if self.failure:
             f = self.failure
             who = f" [{f.process}: {f.exit}]" if f.process else ""
@@ -102,44 +108,73 @@ class SmokeReport:
                 lines += [f"log: {f.log}"]
             lines += [""]
         lines += ["stages:"]
-        lines += [f"  {'ok  ' if s.ok else 'FAIL'} {s.name:<16} {s.seconds:8.2f} s  {s.detail}"
-                  for s in self.stages]
+        lines += [
+            f"  {'ok  ' if s.ok else 'FAIL'} {s.name:<16} {s.seconds:8.2f} s  {s.detail}"
+            for s in self.stages
+        ]
         if self.readiness:
             lines += ["", "ready (seconds from each process's own launch):"]
-            lines += [f"  {role:<10} " + "; ".join(f"{path} {seconds:.1f} s"
-                                                    for path, seconds in paths.items())
-                      for role, paths in self.readiness.items()]
+            lines += [
+                f"  {role:<10} "
+                + "; ".join(f"{path} {seconds:.1f} s" for path, seconds in paths.items())
+                for role, paths in self.readiness.items()
+            ]
         if self.checks:
             lines += ["", "checks:"]
-            lines += [f"  {'pass' if c.passed else 'FAIL' if c.enforced else 'fail'} "
-                      f"{c.name:<12} {c.detail}" + ("" if c.enforced else "  (not enforced)")
-                      for c in self.checks]
+            lines += [
+                f"  {'pass' if c.passed else 'FAIL' if c.enforced else 'fail'} "
+                f"{c.name:<12} {c.detail}" + ("" if c.enforced else "  (not enforced)")
+                for c in self.checks
+            ]
         needle = next((c for c in self.checks if c.name == "needle"), None)
         if needle and needle.metrics.get("lengths"):
             lines += ["", "needle recall (target tokens / prompt tokens seen by the server):"]
             for entry in needle.metrics["lengths"]:
                 mark = "recalled" if entry["recalled"] else "LOST"
-                lines += [f"  {entry['target_tokens']:>7} / {entry['prompt_tokens']!s:>7}  "
-                          f"{mark}  {entry['answer'][:60]!r}"]
+                lines += [
+                    (
+                        f"  {entry['target_tokens']:>7} / {entry['prompt_tokens']!s:>7}  "
+                        f"{mark}  {entry['answer'][:60]!r}"
+                    )
+                ]
         head = self.headline_metrics()
-        lines += ["", f"TTFT {head['ttft_s']} s; decode {head['decode_tokens_per_s']} tokens/s; "
-                  f"concurrent {head['concurrent_tokens_per_s']} tokens/s"]
+        lines += [
+            "",
+            (
+                f"TTFT {head['ttft_s']} s; decode {head['decode_tokens_per_s']} tokens/s; "
+                f"concurrent {head['concurrent_tokens_per_s']} tokens/s"
+            ),
+        ]
         if self.versions and self.environment:
-            lines += ["", f"environment {self.environment.get('python')} (installed "
-                      "versions; sglforge provenance where the dist-info has it):"]
+            lines += [
+                "",
+                (
+                    f"environment {self.environment.get('python')} (installed "
+                    "versions; sglforge provenance where the dist-info has it):"
+                ),
+            ]
             for name, v in sorted(self.versions.items()):
-                origin = (f"sglforge: {v['upstream']}@{str(v['commit'])[:12]}"
-                          if v.get("upstream") else v.get("origin", "?"))
+                origin = (
+                    f"sglforge: {v['upstream']}@{str(v['commit'])[:12]}"
+                    if v.get("upstream")
+                    else v.get("origin", "?")
+                )
                 lines += [f"  {name} {v['version']}  [{origin}]"]
         elif self.versions:
             lines += ["", "wheels (from their sglforge-build.json):"]
             for name, v in sorted(self.versions.items()):
                 archs = ",".join(v.get("cuda_archs") or []) or "no device code"
-                lines += [f"  {name} {v['version']}  {v['upstream']}@{str(v['commit'])[:12]}  "
-                          f"[{archs}]"]
+                lines += [
+                    (f"  {name} {v['version']}  {v['upstream']}@{str(v['commit'])[:12]}  [{archs}]")
+                ]
         if self.teardown:
-            lines += ["", f"teardown: {self.teardown.get('signalled')}; survivors: "
-                      f"{self.teardown.get('survivors') or 'none'}"]
+            lines += [
+                "",
+                (
+                    f"teardown: {self.teardown.get('signalled')}; survivors: "
+                    f"{self.teardown.get('survivors') or 'none'}"
+                ),
+            ]
         return "\n".join(lines) + "\n"
 
     def ready(self, role: str, path: str, since_launch: float) -> float:

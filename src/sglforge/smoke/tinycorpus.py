@@ -8,7 +8,6 @@ Contents: the smoke's prompt texts as of sglforge 0395699 (so they tokenize comp
 that commit's README.md, one string per line.
 """
 
-# ruff: noqa: E501
 PROMPTS = (
     'The river bends twice before it reaches the old mill at the edge of town.',
     'Farmers in the valley plant barley in spring and harvest it late in summer.',

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import math
 import re
@@ -43,9 +44,15 @@ VOCAB_SIZE = 4096
 INIT_STD = 0.02
 # Shapes from the H200 reference run (RECIPE.md): head_dim 64 keeps every attention backend
 # happy, 32k positions cover the needle check's longest prompts.
-SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
-         "max_position_embeddings": 32768}
+SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": 32768,
+}
 DEFAULT_HEADS = SHAPE["num_attention_heads"]
 MAX_HEADS = 64
 SPECIAL = ("<s>", "</s>", "<pad>")
@@ -84,10 +91,14 @@ def corpus_sha256() -> str:
 
 # -- tokenizer ---------------------------------------------------------------------------------
 
+
 def byte_alphabet() -> dict[int, str]:
     """GPT-2's byte -> printable character map (what a ByteLevel pre-tokenizer emits)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = dict(zip(printable, printable, strict=True))
     extra = 0
     for byte in range(256):
@@ -110,7 +121,7 @@ def train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[t
     pairs: Counter[tuple[str, str]] = Counter()
     where: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
     for index, symbols in enumerate(words):
-        for pair in zip(symbols, symbols[1:]):
+        for pair in itertools.pairwise(symbols):
             pairs[pair] += freq[index]
             where[pair].add(index)
     heap = [(-n, pair) for pair, n in pairs.items()]
@@ -141,10 +152,10 @@ def train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[t
                     i += 1
             if len(merged) == len(symbols):
                 continue
-            for old in zip(symbols, symbols[1:]):
+            for old in itertools.pairwise(symbols):
                 pairs[old] -= freq[index]
                 changed.add(old)
-            for new in zip(merged, merged[1:]):
+            for new in itertools.pairwise(merged):
                 pairs[new] += freq[index]
                 changed.add(new)
                 where[new].add(index)
@@ -156,33 +167,62 @@ def train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[t
             else:
                 pairs.pop(other, None)
     if len(vocab) < vocab_size:
-        raise SglforgeError(f"tiny-model: the corpus yields only {len(vocab)} tokens, not "
-                            f"{vocab_size}")
+        raise SglforgeError(
+            f"tiny-model: the corpus yields only {len(vocab)} tokens, not {vocab_size}"
+        )
     return vocab, merges
 
 
 def tokenizer_files(vocab: dict[str, int], merges: list[tuple[str, str]]) -> dict[str, str]:
     """tokenizer.json (a Hugging Face `tokenizers` BPE with ByteLevel pre-tokenizer and
     decoder, as `tokenizers` 0.22 saves one) and tokenizer_config.json."""
-    added = [{"id": i, "content": token, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False, "special": True}
-             for i, token in enumerate(SPECIAL)]
+    added = [
+        {
+            "id": i,
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, token in enumerate(SPECIAL)
+    ]
     byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", **byte_level, "add_prefix_space": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]}}
-    config = {"bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "pad_token": SPECIAL[2],
-              "clean_up_tokenization_spaces": False,
-              "model_max_length": 1000000000000000019884624838656,
-              "tokenizer_class": "PreTrainedTokenizerFast"}
-    return {"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False) + "\n",
-            "tokenizer_config.json": json.dumps(config, indent=2) + "\n"}
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [f"{a} {b}" for a, b in merges],
+        },
+    }
+    config = {
+        "bos_token": SPECIAL[0],
+        "eos_token": SPECIAL[1],
+        "pad_token": SPECIAL[2],
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1000000000000000019884624838656,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    return {
+        "tokenizer.json": json.dumps(tokenizer, ensure_ascii=False) + "\n",
+        "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
+    }
 
 
 # -- weights -----------------------------------------------------------------------------------
@@ -194,17 +234,25 @@ def tensor_shapes(dims: dict[str, int], vocab: int) -> dict[str, tuple[int, ...]
     """Hugging Face Llama names and shapes; lm_head is tied to the embedding (not stored)."""
     hidden, inter, head = dims["hidden_size"], dims["intermediate_size"], dims["head_dim"]
     q, kv = dims["num_attention_heads"] * head, dims["num_key_value_heads"] * head
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden),
-                                          "model.norm.weight": (hidden,)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (vocab, hidden),
+        "model.norm.weight": (hidden,),
+    }
     for layer in range(dims["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (q, hidden), p + "self_attn.k_proj.weight": (kv, hidden),
-            p + "self_attn.v_proj.weight": (kv, hidden), p + "self_attn.o_proj.weight": (hidden, q),
-            p + "mlp.gate_proj.weight": (inter, hidden), p + "mlp.up_proj.weight": (inter, hidden),
-            p + "mlp.down_proj.weight": (hidden, inter),
-            p + "input_layernorm.weight": (hidden,),
-            p + "post_attention_layernorm.weight": (hidden,)})
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": (q, hidden),
+                p + "self_attn.k_proj.weight": (kv, hidden),
+                p + "self_attn.v_proj.weight": (kv, hidden),
+                p + "self_attn.o_proj.weight": (hidden, q),
+                p + "mlp.gate_proj.weight": (inter, hidden),
+                p + "mlp.up_proj.weight": (inter, hidden),
+                p + "mlp.down_proj.weight": (hidden, inter),
+                p + "input_layernorm.weight": (hidden,),
+                p + "post_attention_layernorm.weight": (hidden,),
+            }
+        )
     return shapes
 
 
@@ -257,41 +305,64 @@ def safetensors_bytes(tensors: Tensors) -> bytes:
     offset = 0
     for name in sorted(tensors):
         dims, data = tensors[name]
-        header[name] = {"dtype": "BF16", "shape": list(dims),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(dims),
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return (struct.pack("<Q", len(text)) + text
-            + b"".join(tensors[name][1] for name in sorted(tensors)))
+    return (
+        struct.pack("<Q", len(text)) + text + b"".join(tensors[name][1] for name in sorted(tensors))
+    )
 
 
 def model_config(dims: dict[str, int], vocab: int) -> dict[str, object]:
     """config.json as transformers 5.12 writes it for this LlamaConfig (without its version)."""
-    return {"architectures": ["LlamaForCausalLM"], "attention_bias": False,
-            "attention_dropout": 0.0, "bos_token_id": 0, "dtype": "bfloat16",
-            "eos_token_id": 1, "head_dim": dims["head_dim"], "hidden_act": "silu",
-            "hidden_size": dims["hidden_size"], "initializer_range": INIT_STD,
-            "intermediate_size": dims["intermediate_size"],
-            "max_position_embeddings": dims["max_position_embeddings"], "mlp_bias": False,
-            "model_type": "llama", "num_attention_heads": dims["num_attention_heads"],
-            "num_hidden_layers": dims["num_hidden_layers"],
-            "num_key_value_heads": dims["num_key_value_heads"], "pad_token_id": 2,
-            "pretraining_tp": 1, "rms_norm_eps": 1e-06,
-            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-            "tie_word_embeddings": True, "use_cache": True, "vocab_size": vocab}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "dtype": "bfloat16",
+        "eos_token_id": 1,
+        "head_dim": dims["head_dim"],
+        "hidden_act": "silu",
+        "hidden_size": dims["hidden_size"],
+        "initializer_range": INIT_STD,
+        "intermediate_size": dims["intermediate_size"],
+        "max_position_embeddings": dims["max_position_embeddings"],
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": dims["num_attention_heads"],
+        "num_hidden_layers": dims["num_hidden_layers"],
+        "num_key_value_heads": dims["num_key_value_heads"],
+        "pad_token_id": 2,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
 
 
 # -- writing -----------------------------------------------------------------------------------
 
+
 def _prepare(directory: Path, force: bool) -> None:
     if directory.exists() and any(directory.iterdir()):
         if not force:
-            raise SglforgeError(f"{directory} is not empty", hint="pass --force to replace a "
-                                "tiny model written there before")
+            raise SglforgeError(
+                f"{directory} is not empty",
+                hint="pass --force to replace a tiny model written there before",
+            )
         if not (directory / MARKER).exists():
-            raise SglforgeError(f"{directory} is not empty and holds no {MARKER}; refusing to "
-                                "delete something that is not a tiny model")
+            raise SglforgeError(
+                f"{directory} is not empty and holds no {MARKER}; refusing to "
+                "delete something that is not a tiny model"
+            )
         shutil.rmtree(directory)
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -304,29 +375,38 @@ def model_files(seed: int = 0, heads: int = DEFAULT_HEADS) -> dict[str, bytes]:
     tensors = weights(dims, len(vocab), seed)
     files["model.safetensors"] = safetensors_bytes(tensors)
     files["config.json"] = (json.dumps(model_config(dims, len(vocab)), indent=2) + "\n").encode()
-    files["generation_config.json"] = (json.dumps(
-        {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}, indent=2) + "\n").encode()
+    files["generation_config.json"] = (
+        json.dumps({"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}, indent=2) + "\n"
+    ).encode()
     params = sum(_count(dims_) for dims_, _ in tensors.values())
-    info = {"kind": "random-weight Llama (sglforge tiny-model)", "generation": GENERATION,
-            "seed": seed, "vocab": len(vocab), "parameters": params, **dims,
-            "corpus_sha256": corpus_sha256(),
-            "procedure": "standard library only: byte-level BPE trained on the fixed corpus "
-                         "sglforge/smoke/tinycorpus.py; weights uniform(+-0.02*sqrt(3)) from "
-                         "SHAKE-256 per tensor, bfloat16 round-to-nearest-even",
-            "note": "random weights: generates noise and recalls nothing; use "
-                    "needle-must-recall = []"}
+    info = {
+        "kind": "random-weight Llama (sglforge tiny-model)",
+        "generation": GENERATION,
+        "seed": seed,
+        "vocab": len(vocab),
+        "parameters": params,
+        **dims,
+        "corpus_sha256": corpus_sha256(),
+        "procedure": "standard library only: byte-level BPE trained on the fixed corpus "
+        "sglforge/smoke/tinycorpus.py; weights uniform(+-0.02*sqrt(3)) from "
+        "SHAKE-256 per tensor, bfloat16 round-to-nearest-even",
+        "note": "random weights: generates noise and recalls nothing; use needle-must-recall = []",
+    }
     files[MARKER] = (json.dumps(info, indent=2) + "\n").encode()
     return files
 
 
-def write_tiny_model(directory: Path, seed: int = 0, force: bool = False,
-                     heads: int = DEFAULT_HEADS) -> str:
+def write_tiny_model(
+    directory: Path, seed: int = 0, force: bool = False, heads: int = DEFAULT_HEADS
+) -> str:
     files = model_files(seed, heads)  # before touching the directory: a bad --heads fails here
     _prepare(directory, force)
     for name, data in sorted(files.items()):
         (directory / name).write_bytes(data)
     info = json.loads(files[MARKER])
     digest = hashlib.sha256(files["model.safetensors"]).hexdigest()
-    return (f"tiny model in {directory}: vocab {info['vocab']}, {info['parameters']} parameters "
-            f"(bf16, seed {seed}, generation {GENERATION}, weights sha256 {digest[:16]}); files: "
-            f"{', '.join(sorted(files))}")
+    return (
+        f"tiny model in {directory}: vocab {info['vocab']}, {info['parameters']} parameters "
+        f"(bf16, seed {seed}, generation {GENERATION}, weights sha256 {digest[:16]}); files: "
+        f"{', '.join(sorted(files))}"
+    )

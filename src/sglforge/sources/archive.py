@@ -36,8 +36,15 @@ from sglforge.base.linkwalk import LinkEscape, walk
 
 GiB = 1 << 30
 # What a broken or hostile archive raises while its headers or data are read.
-ARCHIVE_READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError,
-                       UnicodeError, RecursionError)
+ARCHIVE_READ_ERRORS = (
+    tarfile.TarError,
+    EOFError,
+    zlib.error,
+    OSError,
+    ValueError,
+    UnicodeError,
+    RecursionError,
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +100,12 @@ def _kind(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-_TYPE_NAMES = {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device",
-               tarfile.FIFOTYPE: "a fifo", tarfile.CONTTYPE: "a contiguous file"}
+_TYPE_NAMES = {
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a fifo",
+    tarfile.CONTTYPE: "a contiguous file",
+}
 
 
 class TreeModel:
@@ -114,8 +125,13 @@ class TreeModel:
         return walk(parts, self._link, follow_last=follow_last)
 
 
-def plan_members(members: Iterable[tarfile.TarInfo], label: str, limits: ArchiveLimits, *,
-                 strip_top: bool = False) -> list[PlannedMember]:
+def plan_members(
+    members: Iterable[tarfile.TarInfo],
+    label: str,
+    limits: ArchiveLimits,
+    *,
+    strip_top: bool = False,
+) -> list[PlannedMember]:
     """Check every member (see the module docstring) and say where each one goes.
 
     `members` may be a lazy iterator over the archive: the caps are checked as headers
@@ -127,24 +143,34 @@ def plan_members(members: Iterable[tarfile.TarInfo], label: str, limits: Archive
     total = 0
     for count, member in enumerate(members, 1):
         if count > limits.max_members:
-            raise ArchiveRefused(f"{label}: more than {limits.max_members} members; refusing "
-                                 f"the archive (cap: {limits.describe()})")
+            raise ArchiveRefused(
+                f"{label}: more than {limits.max_members} members; refusing "
+                f"the archive (cap: {limits.describe()})"
+            )
         parts = member_parts(member.name)
         if parts is None:
-            raise ArchiveRefused(f"{label}: member {member.name!r}: absolute, empty or '..' "
-                                 "name (it would escape the tree)")
+            raise ArchiveRefused(
+                f"{label}: member {member.name!r}: absolute, empty or '..' "
+                "name (it would escape the tree)"
+            )
         kind = _kind(member)
         if kind is None:
-            what = _TYPE_NAMES.get(member.type, "a sparse file" if member.issparse() else
-                                   f"of unsupported type {member.type!r}")
-            raise ArchiveRefused(f"{label}: member {member.name!r} is {what}; only "
-                                 "directories, files and links are extracted")
+            what = _TYPE_NAMES.get(
+                member.type,
+                "a sparse file" if member.issparse() else f"of unsupported type {member.type!r}",
+            )
+            raise ArchiveRefused(
+                f"{label}: member {member.name!r} is {what}; only "
+                "directories, files and links are extracted"
+            )
         if kind == "file":
             total += member.size
             if total > limits.max_bytes:
-                raise ArchiveRefused(f"{label}: more than {limits.max_bytes} bytes of file "
-                                     f"content (at member {member.name!r}); refusing the "
-                                     f"archive (cap: {limits.describe()})")
+                raise ArchiveRefused(
+                    f"{label}: more than {limits.max_bytes} bytes of file "
+                    f"content (at member {member.name!r}); refusing the "
+                    f"archive (cap: {limits.describe()})"
+                )
         named.append((member, parts, kind))
     strip = 0
     if strip_top:
@@ -163,13 +189,21 @@ def plan_members(members: Iterable[tarfile.TarInfo], label: str, limits: Archive
             try:
                 tree.resolve(path, follow_last=True)
             except LinkEscape as exc:
-                raise ArchiveRefused(f"{label}: symlink {'/'.join(path)!r} -> {node[1]!r} "
-                                     f"{exc} once the whole archive is extracted") from None
+                raise ArchiveRefused(
+                    f"{label}: symlink {'/'.join(path)!r} -> {node[1]!r} "
+                    f"{exc} once the whole archive is extracted"
+                ) from None
     return planned
 
 
-def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], kind: str,
-              label: str, strip: int) -> PlannedMember:
+def _plan_one(
+    tree: TreeModel,
+    member: tarfile.TarInfo,
+    parts: tuple[str, ...],
+    kind: str,
+    label: str,
+    strip: int,
+) -> PlannedMember:
     def refuse(why: str) -> ArchiveRefused:
         return ArchiveRefused(f"{label}: member {member.name!r} {why}")
 
@@ -182,21 +216,20 @@ def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], 
         if node is None:
             tree.nodes[parent[:depth]] = "dir"  # made on the way, like tar does
         elif node != "dir":
-            raise refuse(f"is written below {'/'.join(parent[:depth])!r}, which is not a "
-                         "directory")
+            raise refuse(f"is written below {'/'.join(parent[:depth])!r}, which is not a directory")
     path = parent + (parts[-1],)
     existing = tree.nodes.get(path)
     if existing is not None:
         if kind == "dir" and existing == "dir":
             return PlannedMember(member, kind, path)
-        raise refuse(f"names a path already in the archive ({'/'.join(path)!r}); refusing "
-                     "duplicate members")
+        raise refuse(
+            f"names a path already in the archive ({'/'.join(path)!r}); refusing duplicate members"
+        )
     target: str | tuple[str, ...] | None = None
     if kind == "symlink":
         text = member.linkname
         if not text or "\0" in text or text.startswith("/"):
-            raise refuse(f"is a symlink to {text!r}: absolute or empty link targets are "
-                         "refused")
+            raise refuse(f"is a symlink to {text!r}: absolute or empty link targets are refused")
         try:
             tree.resolve(parent + tuple(text.split("/")), follow_last=True)
         except LinkEscape as exc:
@@ -216,8 +249,10 @@ def _plan_one(tree: TreeModel, member: tarfile.TarInfo, parts: tuple[str, ...], 
             except LinkEscape:
                 resolved = None
         if resolved is None or tree.nodes.get(resolved) != "file":
-            raise refuse(f"is a hard link to {member.linkname!r}, which is not an earlier "
-                         "regular file of the archive")
+            raise refuse(
+                f"is a hard link to {member.linkname!r}, which is not an earlier "
+                "regular file of the archive"
+            )
         tree.nodes[path] = "file"
         target = resolved
     else:
@@ -229,8 +264,9 @@ def _mode(member: tarfile.TarInfo) -> int:
     return 0o755 if member.mode & 0o111 else 0o644
 
 
-def write_planned(archive: tarfile.TarFile, planned: list[PlannedMember], dest: Path,
-                  label: str) -> None:
+def write_planned(
+    archive: tarfile.TarFile, planned: list[PlannedMember], dest: Path, label: str
+) -> None:
     """Write the checked members under `dest` (an empty directory sglforge made)."""
     for item in planned:
         where = dest.joinpath(*item.path)
@@ -246,12 +282,12 @@ def write_planned(archive: tarfile.TarFile, planned: list[PlannedMember], dest: 
             else:
                 _write_file(archive, item.member, where, label)
         except OSError as exc:
-            raise SglforgeError(f"{label}: cannot extract member {item.member.name!r}: "
-                                f"{exc.strerror or exc}") from None
+            raise SglforgeError(
+                f"{label}: cannot extract member {item.member.name!r}: {exc.strerror or exc}"
+            ) from None
 
 
-def _write_file(archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path,
-                label: str) -> None:
+def _write_file(archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path, label: str) -> None:
     source = archive.extractfile(member)
     if source is None:
         raise SglforgeError(f"{label}: member {member.name!r} has no data")
@@ -271,9 +307,14 @@ def _members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     yield from archive
 
 
-def extract_tar(path: Path, dest: Path, label: str,
-                limits: ArchiveLimits = SOURCE_ARCHIVE_LIMITS, *,
-                strip_top: bool = True) -> None:
+def extract_tar(
+    path: Path,
+    dest: Path,
+    label: str,
+    limits: ArchiveLimits = SOURCE_ARCHIVE_LIMITS,
+    *,
+    strip_top: bool = True,
+) -> None:
     """Check every member of the tar archive at `path` (any compression tarfile reads), then
     extract it into the empty directory `dest`. `label` names the archive in errors."""
     try:
@@ -283,8 +324,9 @@ def extract_tar(path: Path, dest: Path, label: str,
     except SglforgeError:
         raise
     except ARCHIVE_READ_ERRORS as exc:
-        raise SglforgeError(f"{label}: not a readable tar archive "
-                            f"({type(exc).__name__}: {exc})") from None
+        raise SglforgeError(
+            f"{label}: not a readable tar archive ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +335,7 @@ def extract_tar(path: Path, dest: Path, label: str,
 WHEEL_LIMITS = ArchiveLimits(max_members=100_000, max_bytes=16 * GiB)
 
 
-def extract_zip(path: Path, dest: Path, label: str,
-                limits: ArchiveLimits = WHEEL_LIMITS) -> None:
+def extract_zip(path: Path, dest: Path, label: str, limits: ArchiveLimits = WHEEL_LIMITS) -> None:
     """Check every member of the zip at `path` (names as for tar; no symlink entries, no
     duplicates, caps on the central directory's sizes), then write the files under `dest`.
     `zipfile` never reads more than a member's declared size, so the caps hold."""
@@ -305,24 +346,32 @@ def extract_zip(path: Path, dest: Path, label: str,
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
             if len(infos) > limits.max_members:
-                raise ArchiveRefused(f"{label}: more than {limits.max_members} members; "
-                                     f"refusing the archive (cap: {limits.describe()})")
+                raise ArchiveRefused(
+                    f"{label}: more than {limits.max_members} members; "
+                    f"refusing the archive (cap: {limits.describe()})"
+                )
             total = sum(i.file_size for i in infos)
             if total > limits.max_bytes:
-                raise ArchiveRefused(f"{label}: {total} bytes of file content, more than "
-                                     f"{limits.max_bytes}; refusing the archive")
+                raise ArchiveRefused(
+                    f"{label}: {total} bytes of file content, more than "
+                    f"{limits.max_bytes}; refusing the archive"
+                )
             tree = TreeModel()
             planned = []
             for info in infos:
                 parts = member_parts(info.filename)
                 if parts is None or "\\" in info.filename:
-                    raise ArchiveRefused(f"{label}: member {info.filename!r}: absolute, empty, "
-                                         "'..' or backslash name (it would escape the tree)")
+                    raise ArchiveRefused(
+                        f"{label}: member {info.filename!r}: absolute, empty, "
+                        "'..' or backslash name (it would escape the tree)"
+                    )
                 mode = info.external_attr >> 16
                 kind = "dir" if info.is_dir() else "file"
                 if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    raise ArchiveRefused(f"{label}: member {info.filename!r} is not a regular "
-                                         "file or directory (a link or a device)")
+                    raise ArchiveRefused(
+                        f"{label}: member {info.filename!r} is not a regular "
+                        "file or directory (a link or a device)"
+                    )
                 fake = tarfile.TarInfo(info.filename)
                 fake.type = tarfile.DIRTYPE if kind == "dir" else tarfile.REGTYPE
                 planned.append((info, _plan_one(tree, fake, parts, kind, label, 0)))
@@ -336,13 +385,21 @@ def extract_zip(path: Path, dest: Path, label: str,
                     where.unlink()  # an earlier wheel's file in the same directory: replaced
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                 executable = (info.external_attr >> 16) & 0o111
-                with archive.open(info) as source, os.fdopen(
-                        os.open(where, flags, 0o755 if executable else 0o644), "wb") as out:
+                with (
+                    archive.open(info) as source,
+                    os.fdopen(os.open(where, flags, 0o755 if executable else 0o644), "wb") as out,
+                ):
                     for chunk in iter(lambda: source.read(1 << 20), b""):
                         out.write(chunk)
     except SglforgeError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError,
-            *ARCHIVE_READ_ERRORS) as exc:
-        raise SglforgeError(f"{label}: not a readable zip archive, or a member could not be "
-                            f"written ({type(exc).__name__}: {exc})") from None
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        NotImplementedError,
+        *ARCHIVE_READ_ERRORS,
+    ) as exc:
+        raise SglforgeError(
+            f"{label}: not a readable zip archive, or a member could not be "
+            f"written ({type(exc).__name__}: {exc})"
+        ) from None

@@ -23,15 +23,31 @@ from sglforge.base.fs import remove_tree
 from sglforge.base.git import git, git_out
 from sglforge.inputs.pins import Pin
 
-AUTHOR = {"GIT_AUTHOR_NAME": "sglforge archive import",
-          "GIT_AUTHOR_EMAIL": "sglforge@localhost",
-          "GIT_COMMITTER_NAME": "sglforge archive import",
-          "GIT_COMMITTER_EMAIL": "sglforge@localhost"}
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "sglforge archive import",
+    "GIT_AUTHOR_EMAIL": "sglforge@localhost",
+    "GIT_COMMITTER_NAME": "sglforge archive import",
+    "GIT_COMMITTER_EMAIL": "sglforge@localhost",
+}
 # Bytes in, bytes out: nothing in the archive may change how its files are stored.
-IMPORT_CONFIG = ["-c", "core.autocrlf=false", "-c", "core.safecrlf=false",
-                 "-c", "core.fileMode=true", "-c", "core.symlinks=true",
-                 "-c", "core.excludesFile=/dev/null", "-c", "core.attributesFile=/dev/null",
-                 "-c", "init.defaultBranch=sglforge-archive", "-c", "commit.gpgSign=false"]
+IMPORT_CONFIG = [
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.fileMode=true",
+    "-c",
+    "core.symlinks=true",
+    "-c",
+    "core.excludesFile=/dev/null",
+    "-c",
+    "core.attributesFile=/dev/null",
+    "-c",
+    "init.defaultBranch=sglforge-archive",
+    "-c",
+    "commit.gpgSign=false",
+]
 NEUTRAL_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding -export-subst\n"
 
 
@@ -50,8 +66,11 @@ def archive_layout(archive: Path, label: str) -> ArchiveLayout:
             members = handle.getmembers()
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise SglforgeError(f"{label}: cannot read archive {archive}: {exc}") from None
-    tops = {PurePosixPath(m.name).parts[0] for m in members
-            if PurePosixPath(m.name).parts and m.name not in (".", "./")}
+    tops = {
+        PurePosixPath(m.name).parts[0]
+        for m in members
+        if PurePosixPath(m.name).parts and m.name not in (".", "./")
+    }
     nested = all(len(PurePosixPath(m.name).parts) > 1 or m.isdir() for m in members)
     top = next(iter(tops)) if len(tops) == 1 and nested else None
     newest = max((int(m.mtime) for m in members if m.mtime > 0), default=0)
@@ -62,8 +81,10 @@ def archive_layout(archive: Path, label: str) -> ArchiveLayout:
 def check_root(pin: Pin, layout: ArchiveLayout) -> None:
     if pin.archive_root is not None and layout.top != pin.archive_root:
         got = f"'{layout.top}'" if layout.top else "no single top directory"
-        raise SglforgeError(f"{pin.name}: expected archive root '{pin.archive_root}', got {got}",
-                            hint="fix archive-root in the lockfile (or the pin)")
+        raise SglforgeError(
+            f"{pin.name}: expected archive root '{pin.archive_root}', got {got}",
+            hint="fix archive-root in the lockfile (or the pin)",
+        )
 
 
 def hoist(staged: Path, layout: ArchiveLayout) -> None:
@@ -79,8 +100,10 @@ def hoist(staged: Path, layout: ArchiveLayout) -> None:
         return  # already stripped
     parked = staged / ".sglforge-archive-top"
     if (entries[0] / parked.name).exists():
-        raise SglforgeError(f"{staged}: the archive holds {top}/{parked.name}, a name sglforge "
-                            "reserves while extracting")
+        raise SglforgeError(
+            f"{staged}: the archive holds {top}/{parked.name}, a name sglforge "
+            "reserves while extracting"
+        )
     entries[0].rename(parked)
     for child in sorted(parked.iterdir()):
         child.rename(staged / child.name)
@@ -117,36 +140,64 @@ def commit_archive_tree(tree: Path, pin: Pin, newest: int) -> ImportedArchive:
     (tree / ".git" / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
     (tree / ".git" / "info" / "exclude").write_text("")
     # -f: the archive's own .gitignore files must not hide any of its files
-    git(*IMPORT_CONFIG, "add", "--all", "--force", "--", ".", cwd=tree,
-        what=f"{pin.name}: import the archive into git")
+    git(
+        *IMPORT_CONFIG,
+        "add",
+        "--all",
+        "--force",
+        "--",
+        ".",
+        cwd=tree,
+        what=f"{pin.name}: import the archive into git",
+    )
     epoch = newest
     if pin.date is not None:  # the release date the pin records beats archive mtimes
-        epoch = int(dt.datetime(pin.date.year, pin.date.month, pin.date.day,
-                                tzinfo=dt.timezone.utc).timestamp())
+        epoch = int(
+            dt.datetime(
+                pin.date.year, pin.date.month, pin.date.day, tzinfo=dt.timezone.utc
+            ).timestamp()
+        )
     date = f"{epoch} +0000"
     what = pin.sdist or pin.url
-    git(*IMPORT_CONFIG, "commit", "--quiet", "--no-verify", "--allow-empty", "-m",
+    git(
+        *IMPORT_CONFIG,
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--allow-empty",
+        "-m",
         f"{pin.name}: {what} sha256:{pin.sha256}\n\nThe archive as sglforge imported it "
-        "(not an upstream commit).", cwd=tree,
-        env={**AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        "(not an upstream commit).",
+        cwd=tree,
+        env={**AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+    )
     commit = git_out("rev-parse", "HEAD", cwd=tree)
     tree_id = git_out("rev-parse", "HEAD^{tree}", cwd=tree)
     if pin.tree is not None and pin.tree != tree_id:
-        raise SglforgeError(f"{pin.name}: expected tree {pin.tree} for the imported archive "
-                            f"sha256:{pin.sha256[:12]}, got {tree_id}",
-                            hint="the import changed (an sglforge change, or a pin edited "
-                                 "without its tree); fix the pin")
+        raise SglforgeError(
+            f"{pin.name}: expected tree {pin.tree} for the imported archive "
+            f"sha256:{pin.sha256[:12]}, got {tree_id}",
+            hint="the import changed (an sglforge change, or a pin edited "
+            "without its tree); fix the pin",
+        )
     embedded = {}
     for embed in pin.embeds:
-        found = git("rev-parse", "--verify", "--quiet", f"HEAD:{embed.path}", cwd=tree,
-                    check=False).stdout.decode().strip()
+        found = (
+            git("rev-parse", "--verify", "--quiet", f"HEAD:{embed.path}", cwd=tree, check=False)
+            .stdout.decode()
+            .strip()
+        )
         kind = git_out("cat-file", "-t", found, cwd=tree) if found else ""
         if kind != "tree":
-            raise SglforgeError(f"{pin.name}: embeds '{embed.path}', but the archive has no "
-                                "such directory", hint="fix the embeds list in the lockfile")
+            raise SglforgeError(
+                f"{pin.name}: embeds '{embed.path}', but the archive has no such directory",
+                hint="fix the embeds list in the lockfile",
+            )
         if embed.tree is not None and embed.tree != found:
-            raise SglforgeError(f"{pin.name}: expected tree {embed.tree} for the embedded "
-                                f"'{embed.path}', got {found}",
-                                hint="the archive's embedded tree changed; fix the pin")
+            raise SglforgeError(
+                f"{pin.name}: expected tree {embed.tree} for the embedded "
+                f"'{embed.path}', got {found}",
+                hint="the archive's embedded tree changed; fix the pin",
+            )
         embedded[embed.path] = found
     return ImportedArchive(commit, tree_id, tuple(dropped), embedded)

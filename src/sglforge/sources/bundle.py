@@ -33,8 +33,15 @@ READABLE_FORMATS = (1, 2)
 MAX_DEPTH = 1000
 
 
-def _shallow_bundle(git_dir: Path, pinned: set[str], backports: set[str], depth: int,
-                    work: Path, out: Path, url: str) -> list[str]:
+def _shallow_bundle(
+    git_dir: Path,
+    pinned: set[str],
+    backports: set[str],
+    depth: int,
+    work: Path,
+    out: Path,
+    url: str,
+) -> list[str]:
     """A git bundle at `out` of the pinned commits with `depth` generations (backport commits
     with at least 2); returns the boundary commits the receiver records as shallow."""
     shallow_repo = work / "shallow.git"
@@ -43,11 +50,25 @@ def _shallow_bundle(git_dir: Path, pinned: set[str], backports: set[str], depth:
     source = "file://" + str(git_dir.resolve())  # file://: --depth needs the transport
     for commits, generations in ((pinned, depth), (backports, max(depth, 2))):
         if commits:
-            git("fetch", "--quiet", "--no-tags", f"--depth={generations}", "--", source,
+            git(
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                f"--depth={generations}",
+                "--",
+                source,
                 *[f"+{PIN_REF}{c}:{PIN_REF}{c}" for c in sorted(commits)],
-                git_dir=shallow_repo, what=f"shallow copy of {url}")
-    git("bundle", "create", str(out), *[PIN_REF + c for c in sorted(pinned | backports)],
-        git_dir=shallow_repo, what=f"git bundle for {url}")
+                git_dir=shallow_repo,
+                what=f"shallow copy of {url}",
+            )
+    git(
+        "bundle",
+        "create",
+        str(out),
+        *[PIN_REF + c for c in sorted(pinned | backports)],
+        git_dir=shallow_repo,
+        what=f"git bundle for {url}",
+    )
     boundary = shallow_repo / "shallow"
     return sorted(boundary.read_text().split()) if boundary.exists() else []
 
@@ -59,13 +80,18 @@ def _boundary_of(git_dir: Path, commits: set[str]) -> list[str]:
     if not recorded.exists():
         return []
     cut = set(recorded.read_text().split())
-    history = git_out("rev-list", "--end-of-options", *sorted(commits),
-                      git_dir=git_dir).split()
+    history = git_out("rev-list", "--end-of-options", *sorted(commits), git_dir=git_dir).split()
     return sorted(cut.intersection(history))
 
 
-def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path,
-                 extra: list[GitWant] = (), depth: int | None = None) -> list[str]:
+def write_bundle(
+    lock: Lockfile,
+    names: list[str],
+    settings: Settings,
+    out: Path,
+    extra: list[GitWant] = (),
+    depth: int | None = None,
+) -> list[str]:
     """Write one tar file with a git bundle per repository and the tarballs of the set;
     with `depth`, shallow git bundles (module docstring)."""
     from sglforge.sources.substitute import substitutes_for
@@ -77,8 +103,11 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
     substitutes = substitutes_for(lock, settings)
     # a substitute is this host's local directory, never fetched: not carried (the receiving
     # host needs its own [substitutes] entry, or the pinned source)
-    left_out = [f"{p.name}: NOT bundled, SUBSTITUTED by {substitutes[p.name].path} here"
-                for p in pinned_set(lock, names) if p.name in substitutes]
+    left_out = [
+        f"{p.name}: NOT bundled, SUBSTITUTED by {substitutes[p.name].path} here"
+        for p in pinned_set(lock, names)
+        if p.name in substitutes
+    ]
     pins = [p for p in pinned_set(lock, names) if p.name not in substitutes]
     pinned: dict[str, set[str]] = {}
     backports: dict[str, set[str]] = {}
@@ -95,29 +124,46 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
             commits = pinned.get(url, set()) | backports.get(url, set())
             missing = [c for c in sorted(commits) if not has_commit(git_dir, c)]
             if missing:
-                raise SglforgeError(f"cannot bundle {url}: commit(s) {', '.join(missing)} not "
-                                    "in the cache; run fetch first")
+                raise SglforgeError(
+                    f"cannot bundle {url}: commit(s) {', '.join(missing)} not "
+                    "in the cache; run fetch first"
+                )
             for commit in commits:
                 git("update-ref", "--", PIN_REF + commit, commit, git_dir=git_dir)
             name = f"git/{index:03d}.bundle"
             (work / "git").mkdir(exist_ok=True)
             if depth is None:
-                git("bundle", "create", str(work / name),
+                git(
+                    "bundle",
+                    "create",
+                    str(work / name),
                     *[PIN_REF + c for c in sorted(commits)],
-                    git_dir=git_dir, what=f"git bundle for {url}")
+                    git_dir=git_dir,
+                    what=f"git bundle for {url}",
+                )
                 shallow = _boundary_of(git_dir, commits)
             else:  # a pinned commit that is also a backport gets the backport's depth
-                shallow = _shallow_bundle(git_dir, pinned.get(url, set()) - backports.get(
-                    url, set()), backports.get(url, set()), depth, work, work / name, url)
-            manifest["git"].append({"url": url, "commits": sorted(commits), "file": name,
-                                    "shallow": shallow})
+                shallow = _shallow_bundle(
+                    git_dir,
+                    pinned.get(url, set()) - backports.get(url, set()),
+                    backports.get(url, set()),
+                    depth,
+                    work,
+                    work / name,
+                    url,
+                )
+            manifest["git"].append(
+                {"url": url, "commits": sorted(commits), "file": name, "shallow": shallow}
+            )
         for pin in pins:
             if pin.sha256:
                 if not cache.tarball(pin.sha256).exists():
-                    raise SglforgeError(f"cannot bundle {pin.name}: archive not in the cache; "
-                                        "run fetch first")
-                manifest["tarballs"].append({"name": pin.name, "sha256": pin.sha256,
-                                             "file": f"tarballs/{pin.sha256}"})
+                    raise SglforgeError(
+                        f"cannot bundle {pin.name}: archive not in the cache; run fetch first"
+                    )
+                manifest["tarballs"].append(
+                    {"name": pin.name, "sha256": pin.sha256, "file": f"tarballs/{pin.sha256}"}
+                )
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
         # Under the directory's lock, a temporary of this bundle a killed run left is stale.
         with directory_locked(out.parent, "fetch --bundle"):
@@ -128,10 +174,15 @@ def write_bundle(lock: Lockfile, names: list[str], settings: Settings, out: Path
                     archive.add(work / entry["file"], entry["file"])
                 for entry in manifest["tarballs"]:
                     archive.add(cache.tarball(entry["sha256"]), entry["file"])
-    return [f"{e['url']}: {len(e['commits'])} commit(s)"
+    return (
+        [
+            f"{e['url']}: {len(e['commits'])} commit(s)"
             + (f", shallow ({len(e['shallow'])} boundary commit(s))" if e["shallow"] else "")
-            for e in manifest["git"]] + [
-        f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]] + left_out
+            for e in manifest["git"]
+        ]
+        + [f"{e['name']}: sha256 {e['sha256'][:12]}" for e in manifest["tarballs"]]
+        + left_out
+    )
 
 
 # A bundle is an uncompressed tar, so what it unpacks to is never larger than the file; its
@@ -180,8 +231,10 @@ def _entries(document: dict, key: str, fields: set[str], problems: list[str]) ->
     for i, entry in enumerate(value):
         if not isinstance(entry, dict) or set(entry) != fields:
             keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            problems.append(f"{key}[{i}]: must be a table with exactly the keys "
-                            f"{', '.join(sorted(fields))} (got {keys})")
+            problems.append(
+                f"{key}[{i}]: must be a table with exactly the keys "
+                f"{', '.join(sorted(fields))} (got {keys})"
+            )
             continue
         good.append(entry)
     return good
@@ -204,40 +257,44 @@ def parse_manifest(data: bytes) -> BundleManifest:
         problems.append(f"unknown key(s) {', '.join(map(repr, unknown))}")
     version = document.get("format")
     if type(version) is not int or version not in READABLE_FORMATS:
-        why = (f"bundle format {version!r} is not one of "
-               f"{', '.join(map(str, READABLE_FORMATS))}")
+        why = f"bundle format {version!r} is not one of {', '.join(map(str, READABLE_FORMATS))}"
         raise _ManifestProblems([why])
     repos, archives, seen = [], [], set()
     fields = {"url", "commits", "file"} | ({"shallow"} if version >= 2 else set())
     for i, entry in enumerate(_entries(document, "git", fields, problems)):
         url, commits, file = entry["url"], entry["commits"], entry["file"]
         shallow = entry.get("shallow", [])
-        if not (isinstance(shallow, list) and len(shallow) <= MAX_ENTRIES and all(
-                isinstance(c, str) and _HEX40.fullmatch(c) for c in shallow)):
+        if not (
+            isinstance(shallow, list)
+            and len(shallow) <= MAX_ENTRIES
+            and all(isinstance(c, str) and _HEX40.fullmatch(c) for c in shallow)
+        ):
             problems.append(f"git[{i}].shallow must be a list of full 40-hex commit ids")
         why = check_url(url) if isinstance(url, str) else "must be a string"
         if why:
             problems.append(f"git[{i}].url {str(url)[:200]!r} {why}")
-        if not (isinstance(commits, list) and commits and len(commits) <= MAX_ENTRIES and all(
-                isinstance(c, str) and _HEX40.fullmatch(c) for c in commits)):
-            problems.append(f"git[{i}].commits must be a non-empty list of full 40-hex "
-                            "commit ids")
+        if not (
+            isinstance(commits, list)
+            and commits
+            and len(commits) <= MAX_ENTRIES
+            and all(isinstance(c, str) and _HEX40.fullmatch(c) for c in commits)
+        ):
+            problems.append(f"git[{i}].commits must be a non-empty list of full 40-hex commit ids")
         if not isinstance(file, str) or not _GIT_FILE.fullmatch(file) or file in seen:
-            problems.append(f"git[{i}].file {str(file)[:200]!r} must be a unique "
-                            "'git/NNN.bundle'")
+            problems.append(f"git[{i}].file {str(file)[:200]!r} must be a unique 'git/NNN.bundle'")
         if not problems:
             seen.add(file)
             repos.append(BundledRepo(url, tuple(commits), file, tuple(shallow)))
-    for i, entry in enumerate(_entries(document, "tarballs", {"name", "sha256", "file"},
-                                       problems)):
+    for i, entry in enumerate(_entries(document, "tarballs", {"name", "sha256", "file"}, problems)):
         name, digest, file = entry["name"], entry["sha256"], entry["file"]
         if not isinstance(name, str) or not _PIN_NAME.fullmatch(name):
             problems.append(f"tarballs[{i}].name {str(name)[:200]!r} is not a source name")
         if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
             problems.append(f"tarballs[{i}].sha256 must be 64 lowercase hex digits")
         elif file != f"tarballs/{digest}" or file in seen:
-            problems.append(f"tarballs[{i}].file {str(file)[:200]!r} must be a unique "
-                            f"'tarballs/{digest}'")
+            problems.append(
+                f"tarballs[{i}].file {str(file)[:200]!r} must be a unique 'tarballs/{digest}'"
+            )
         if not problems:
             seen.add(file)
             archives.append(BundledArchive(name, digest, file))
@@ -263,11 +320,15 @@ def _unpack_bundle(bundle: Path, work: Path) -> tuple[BundleManifest, dict[str, 
             for member in archive:
                 if manifest is None:
                     if member.name != "manifest.json" or not member.isreg():
-                        raise SglforgeError(f"{bundle}: first member is {member.name!r}, not "
-                                            "the manifest.json a sglforge bundle starts with")
+                        raise SglforgeError(
+                            f"{bundle}: first member is {member.name!r}, not "
+                            "the manifest.json a sglforge bundle starts with"
+                        )
                     if member.size > MANIFEST_MAX_BYTES:
-                        raise SglforgeError(f"{bundle}: manifest.json is {member.size} bytes "
-                                            f"(more than {MANIFEST_MAX_BYTES}); refused")
+                        raise SglforgeError(
+                            f"{bundle}: manifest.json is {member.size} bytes "
+                            f"(more than {MANIFEST_MAX_BYTES}); refused"
+                        )
                     try:
                         manifest = parse_manifest(archive.extractfile(member).read())
                     except _ManifestProblems as exc:
@@ -277,22 +338,29 @@ def _unpack_bundle(bundle: Path, work: Path) -> tuple[BundleManifest, dict[str, 
                 if member.name not in expected or member.name in digests:
                     raise SglforgeError(
                         f"{bundle}: member {member.name!r} is not a file its manifest names "
-                        "(or appears twice); refusing the bundle")
+                        "(or appears twice); refusing the bundle"
+                    )
                 if not member.isreg() or member.issparse():
-                    raise SglforgeError(f"{bundle}: member {member.name!r} is not a regular "
-                                        "file; refusing the bundle")
+                    raise SglforgeError(
+                        f"{bundle}: member {member.name!r} is not a regular "
+                        "file; refusing the bundle"
+                    )
                 digests[member.name] = _write_member(archive, member, work / member.name)
     except SglforgeError:
         raise
     except ARCHIVE_READ_ERRORS as exc:
-        raise SglforgeError(f"{bundle}: not a sglforge bundle, which is an uncompressed tar "
-                            f"file ({type(exc).__name__}: {exc})") from None
+        raise SglforgeError(
+            f"{bundle}: not a sglforge bundle, which is an uncompressed tar "
+            f"file ({type(exc).__name__}: {exc})"
+        ) from None
     if manifest is None:
         raise SglforgeError(f"{bundle}: not a sglforge bundle (empty: no manifest.json)")
     missing = sorted(manifest.files() - set(digests))
     if missing:
-        raise SglforgeError(f"{bundle}: truncated: its manifest names {', '.join(missing)}, "
-                            "which the bundle does not hold")
+        raise SglforgeError(
+            f"{bundle}: truncated: its manifest names {', '.join(missing)}, "
+            "which the bundle does not hold"
+        )
     return manifest, digests
 
 
@@ -319,8 +387,10 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
         manifest, digests = _unpack_bundle(bundle, work)
         for entry in manifest.archives:  # check every digest before the cache changes
             if digests[entry.file] != entry.sha256:
-                raise SglforgeError(f"{bundle}: {entry.name}: expected sha256 "
-                                    f"{entry.sha256}, got {digests[entry.file]}")
+                raise SglforgeError(
+                    f"{bundle}: {entry.name}: expected sha256 "
+                    f"{entry.sha256}, got {digests[entry.file]}"
+                )
         for entry in manifest.repos:
             git_dir = cache.git_dir(entry.url)
             ensure_bare(git_dir)
@@ -330,20 +400,35 @@ def import_bundle(bundle: Path, settings: Settings) -> list[str]:
             boundary = [c for c in entry.shallow if not has_commit(git_dir, c)]
             before = _add_shallow(git_dir, boundary)
             try:
-                git("bundle", "verify", "--quiet", path, git_dir=git_dir,
-                    what=f"{bundle}: verify {entry.file} ({entry.url})")
-                git("fetch", "--quiet", "--", path, f"+{PIN_REF}*:{PIN_REF}*",
-                    git_dir=git_dir, what=f"{bundle}: import {entry.file}")
+                git(
+                    "bundle",
+                    "verify",
+                    "--quiet",
+                    path,
+                    git_dir=git_dir,
+                    what=f"{bundle}: verify {entry.file} ({entry.url})",
+                )
+                git(
+                    "fetch",
+                    "--quiet",
+                    "--",
+                    path,
+                    f"+{PIN_REF}*:{PIN_REF}*",
+                    git_dir=git_dir,
+                    what=f"{bundle}: import {entry.file}",
+                )
                 absent = [c for c in (*entry.commits, *boundary) if not has_commit(git_dir, c)]
                 if absent:
-                    raise SglforgeError(f"{bundle}: expected commit {absent[0]} for "
-                                        f"{entry.url}, got nothing")
+                    raise SglforgeError(
+                        f"{bundle}: expected commit {absent[0]} for {entry.url}, got nothing"
+                    )
             except BaseException:
                 remove_fetch_litter(git_dir)
                 _restore_shallow(git_dir, before)
                 raise
-            imported.append(f"{entry.url}: {len(entry.commits)} commit(s)"
-                            + (", shallow" if boundary else ""))
+            imported.append(
+                f"{entry.url}: {len(entry.commits)} commit(s)" + (", shallow" if boundary else "")
+            )
         for entry in manifest.archives:
             target = cache.tarball(entry.sha256)
             target.parent.mkdir(parents=True, exist_ok=True)

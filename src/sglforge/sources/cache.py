@@ -41,12 +41,15 @@ class SourceCache:
         is shared and may have been damaged since the fetch verified it)."""
         path = self.tarball(sha256)
         if not path.is_file():
-            raise SglforgeError(f"{name}: archive sha256 {sha256} is not in the cache; run "
-                                "`nox -s fetch` first")
+            raise SglforgeError(
+                f"{name}: archive sha256 {sha256} is not in the cache; run `nox -s fetch` first"
+            )
         actual = sha256_file(path)
         if actual != sha256:
-            raise SglforgeError(f"{name}: cached archive is corrupt: expected sha256 "
-                                f"{sha256}, got {actual} ({path})")
+            raise SglforgeError(
+                f"{name}: cached archive is corrupt: expected sha256 "
+                f"{sha256}, got {actual} ({path})"
+            )
         return path
 
     def remove_partial_downloads(self) -> list[str]:
@@ -67,7 +70,6 @@ class SourceCache:
         """Serialize writers of this cache (waiting): fetches from two builds may overlap."""
         with exclusive_lock(self.root / ".lock", f"source cache {self.root}", wait=True):
             yield
-
 
 
 def ensure_bare(git_dir: Path) -> None:

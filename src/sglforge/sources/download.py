@@ -47,13 +47,15 @@ def fetch_tarball(cache: SourceCache, pin: Pin, settings: Settings, offline: boo
                     digest.update(chunk)
                     out.write(chunk)
         except OSError as exc:
-            raise SglforgeError(f"{pin.name}: cannot download "
-                                f"{describe_source(pin.url, settings)}: {exc}") from None
+            raise SglforgeError(
+                f"{pin.name}: cannot download {describe_source(pin.url, settings)}: {exc}"
+            ) from None
         if digest.hexdigest() != pin.sha256:
             raise SglforgeError(
                 f"{pin.name}: expected sha256 {pin.sha256}, got {digest.hexdigest()} from "
                 f"{describe_source(pin.url, settings)}",
-                hint="the archive changed upstream or the pin is wrong; nothing was cached")
+                hint="the archive changed upstream or the pin is wrong; nothing was cached",
+            )
         os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -38,15 +38,13 @@ class ExportedTree:
     substitute: str | None = None  # placed from [substitutes] instead of the pin
 
 
-
 def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
     """Write the files of `commit` into `dest` (no .git), using a throwaway index."""
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sglforge-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git("read-tree", "--end-of-options", commit, git_dir=git_dir, env=env)
-        git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir,
-            env=env)
+        git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir, env=env)
 
 
 def _shared_work_tree(git_dir: Path, dest: Path) -> None:
@@ -55,7 +53,8 @@ def _shared_work_tree(git_dir: Path, dest: Path) -> None:
     (a cache filled from `fetch --bundle --depth`); the cache's shallow list comes along."""
     git("init", "--quiet", "--", str(dest))
     (dest / ".git" / "objects" / "info" / "alternates").write_text(
-        str((git_dir / "objects").resolve()) + "\n")
+        str((git_dir / "objects").resolve()) + "\n"
+    )
     if (git_dir / "shallow").exists():
         shutil.copyfile(git_dir / "shallow", dest / ".git" / "shallow")
 
@@ -69,14 +68,17 @@ def _submodule_target(sub: Pin, pin: Pin, root: Path) -> Path:
     target = root
     for part in PurePosixPath(sub.path).parts:
         if part == ".git":
-            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: inside "
-                                f"'.git' of '{pin.name}'")
+            raise SglforgeError(
+                f"{sub.name}: cannot place submodule at {sub.path}: inside '.git' of '{pin.name}'"
+            )
         target = target / part
         if target.is_symlink():
-            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: "
-                                f"{target.relative_to(root)} is a symlink (to "
-                                f"{os.readlink(target)!r}) in '{pin.name}'; sglforge writes "
-                                "nothing into a tree through a link")
+            raise SglforgeError(
+                f"{sub.name}: cannot place submodule at {sub.path}: "
+                f"{target.relative_to(root)} is a symlink (to "
+                f"{os.readlink(target)!r}) in '{pin.name}'; sglforge writes "
+                "nothing into a tree through a link"
+            )
     return target
 
 
@@ -85,8 +87,10 @@ def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) 
     for sub in lock.submodules(pin.name):
         target = _submodule_target(sub, pin, root)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise SglforgeError(f"{sub.name}: cannot place submodule at {sub.path}: not an "
-                                f"empty directory in '{pin.name}'")
+            raise SglforgeError(
+                f"{sub.name}: cannot place submodule at {sub.path}: not an "
+                f"empty directory in '{pin.name}'"
+            )
         _checkout_files(cache.git_dir(sub.url), sub.commit, target)
         placed.append(f"{sub.path} @ {sub.commit[:12]}")
         placed += [f"{sub.path}/{p}" for p in _place_submodules(lock, cache, sub, target)]
@@ -104,8 +108,9 @@ def _extract_tarball(path: Path, dest: Path, label: str) -> None:
     extract_tar(path, dest, f"{label}: archive {path}", SOURCE_ARCHIVE_LIMITS, strip_top=True)
 
 
-def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
-                  with_submodules: bool = True) -> ExportedTree:
+def export_source(
+    lock: Lockfile, name: str, dest: Path, settings: Settings, *, with_submodules: bool = True
+) -> ExportedTree:
     """Export a clean tree of `name` at `dest`, replacing what is there only on success.
 
     Git upstreams become a git work tree detached at the pin (patches are then committed on
@@ -118,15 +123,17 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
     substitute = substitutes_for(lock, settings).get(name)
     if substitute is not None:  # the user config's local directory, not the pin
         place_substitute(substitute, dest)
-        return ExportedTree(name=name, path=dest, commit=None, placed=(),
-                            substitute=substitute.name)
+        return ExportedTree(
+            name=name, path=dest, commit=None, placed=(), substitute=substitute.name
+        )
     imported = None
     with staging_dir(dest) as staged:
         if pin.is_git:
             git_dir = cache.git_dir(pin.url)
             if not has_commit(git_dir, pin.commit):
-                raise SglforgeError(f"{name}: commit {pin.commit} is not in the cache; run "
-                                    "`nox -s fetch` first")
+                raise SglforgeError(
+                    f"{name}: commit {pin.commit} is not in the cache; run `nox -s fetch` first"
+                )
             verify_git_pin(cache, pin)
             _shared_work_tree(git_dir, staged)
             git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
@@ -148,8 +155,13 @@ def export_source(lock: Lockfile, name: str, dest: Path, settings: Settings, *,
         # user (builder/builduser.py) must still read an exported input it does not own
         staged.chmod(0o755)
         replace_dir(staged, dest)
-    return ExportedTree(name=name, path=dest, placed=tuple(placed), imported=imported,
-                        commit=imported.commit if imported else pin.commit)
+    return ExportedTree(
+        name=name,
+        path=dest,
+        placed=tuple(placed),
+        imported=imported,
+        commit=imported.commit if imported else pin.commit,
+    )
 
 
 def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
@@ -166,12 +178,23 @@ def snapshot_directory(source: Path, dest: Path, prefix: str = "") -> Path:
         raise SglforgeError(f"--against-prefix {prefix!r} must be a relative path")
     target.parent.mkdir(parents=True, exist_ok=True)
     # the directory named on the command line may be a link; what is copied is the tree
-    copy_tree_inside(Path(os.path.realpath(source)), target, str(source),
-                     ignore=(".git", "__pycache__", "*.pyc"))
+    copy_tree_inside(
+        Path(os.path.realpath(source)), target, str(source), ignore=(".git", "__pycache__", "*.pyc")
+    )
     git("init", "--quiet", "--", str(dest))
     git("add", "-A", cwd=dest)
-    git("commit", "--quiet", "--no-verify", "-m", f"snapshot of {source}", cwd=dest,
-        env={"GIT_AUTHOR_NAME": "sglforge", "GIT_AUTHOR_EMAIL": "sglforge@localhost",
-             "GIT_COMMITTER_NAME": "sglforge", "GIT_COMMITTER_EMAIL": "sglforge@localhost"})
+    git(
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "-m",
+        f"snapshot of {source}",
+        cwd=dest,
+        env={
+            "GIT_AUTHOR_NAME": "sglforge",
+            "GIT_AUTHOR_EMAIL": "sglforge@localhost",
+            "GIT_COMMITTER_NAME": "sglforge",
+            "GIT_COMMITTER_EMAIL": "sglforge@localhost",
+        },
+    )
     return dest
-

@@ -7,12 +7,6 @@ settings (`url.<mirror>.insteadOf`).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import tempfile
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -51,7 +45,6 @@ class FetchReport:
     substituted: list[str] = field(default_factory=list)  # [substitutes]: not fetched
 
 
-
 def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeError:
     """git fetch failed: say which source, show git's whole stderr and any missing object.
 
@@ -60,22 +53,35 @@ def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeEr
     lines: list[str] = []
     for proc in procs:
         if proc.returncode != 0:
-            lines += [line for line in stderr_text(proc).splitlines()
-                      if line.strip() not in {seen.strip() for seen in lines}]
+            lines += [
+                line
+                for line in stderr_text(proc).splitlines()
+                if line.strip() not in {seen.strip() for seen in lines}
+            ]
     detail = "\n".join(lines) or f"git fetch exited with status {procs[-1].returncode}"
     missing = missing_object(detail)
     what = f"the source is missing object {missing}; " if missing else ""
     return SglforgeError(
         f"{want.label}: cannot fetch {describe_source(want.url, settings)}: {what}git says:\n"
         + "\n".join("  " + line for line in detail.splitlines()),
-        hint=("the mirror or repository is incomplete or corrupt; repair it (e.g. fetch it "
-              "again from upstream)" if missing else
-              "check the URL, your network, or add a mirror (--mirror or [mirrors] in the "
-              "config file)"))
+        hint=(
+            "the mirror or repository is incomplete or corrupt; repair it (e.g. fetch it "
+            "again from upstream)"
+            if missing
+            else "check the URL, your network, or add a mirror (--mirror or [mirrors] in the "
+            "config file)"
+        ),
+    )
 
 
-def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline: bool,
-                 ref_hint: str | None = None, hint: str | None = None) -> str:
+def fetch_commit(
+    cache: SourceCache,
+    want: GitWant,
+    settings: Settings,
+    offline: bool,
+    ref_hint: str | None = None,
+    hint: str | None = None,
+) -> str:
     """Make `want.commit` present in the cache; return 'cached' or 'fetched'.
 
     Fetches the commit by id first (what GitHub and protocol v2 servers allow); if the
@@ -92,18 +98,39 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     if offline:
         return "missing"
     ensure_bare(git_dir)
-    mirror_cfg = settings.git_mirror_args() + ["-c", "protocol.version=2",
-                                               "-c", "uploadpack.allowAnySHA1InWant=true"]
+    mirror_cfg = settings.git_mirror_args() + [
+        "-c",
+        "protocol.version=2",
+        "-c",
+        "uploadpack.allowAnySHA1InWant=true",
+    ]
     try:
-        by_id = git("fetch", "--quiet", "--no-tags", "--", want.url, want.commit,
-                    git_dir=git_dir, config=mirror_cfg, check=False)
+        by_id = git(
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--",
+            want.url,
+            want.commit,
+            git_dir=git_dir,
+            config=mirror_cfg,
+            check=False,
+        )
         if by_id.returncode != 0:
             remove_fetch_litter(git_dir)
         if by_id.returncode != 0 or not has_commit(git_dir, want.commit):
-            every = git("fetch", "--quiet", "--prune", "--", want.url,
-                        "+refs/heads/*:refs/sglforge/upstream/heads/*",
-                        "+refs/tags/*:refs/sglforge/upstream/tags/*",
-                        git_dir=git_dir, config=mirror_cfg, check=False)
+            every = git(
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--",
+                want.url,
+                "+refs/heads/*:refs/sglforge/upstream/heads/*",
+                "+refs/tags/*:refs/sglforge/upstream/tags/*",
+                git_dir=git_dir,
+                config=mirror_cfg,
+                check=False,
+            )
             if every.returncode != 0:
                 remove_fetch_litter(git_dir)
                 raise _fetch_failure(want, settings, [by_id, every])
@@ -113,23 +140,38 @@ def fetch_commit(cache: SourceCache, want: GitWant, settings: Settings, offline:
     if not has_commit(git_dir, want.commit):
         got = "no such commit in the repository"
         if ref_hint:
-            head = git("rev-parse", "--verify", "--quiet",
-                       f"refs/sglforge/upstream/heads/{ref_hint}^{{commit}}", git_dir=git_dir,
-                       check=False).stdout.decode().strip() or git(
-                "rev-parse", "--verify", "--quiet",
-                f"refs/sglforge/upstream/tags/{ref_hint}^{{commit}}", git_dir=git_dir,
-                check=False).stdout.decode().strip()
+            head = (
+                git(
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    f"refs/sglforge/upstream/heads/{ref_hint}^{{commit}}",
+                    git_dir=git_dir,
+                    check=False,
+                )
+                .stdout.decode()
+                .strip()
+                or git(
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    f"refs/sglforge/upstream/tags/{ref_hint}^{{commit}}",
+                    git_dir=git_dir,
+                    check=False,
+                )
+                .stdout.decode()
+                .strip()
+            )
             if head:
                 got += f" ('{ref_hint}' is now at {head})"
         raise SglforgeError(
             f"{want.label}: expected commit {want.commit} from "
             f"{describe_source(want.url, settings)}, got {got}",
-            hint=hint or "the pin is wrong or upstream history was rewritten; fix "
-                         "lockfiles/upstreams.toml")
+            hint=hint
+            or "the pin is wrong or upstream history was rewritten; fix lockfiles/upstreams.toml",
+        )
     git("update-ref", "--", PIN_REF + want.commit, want.commit, git_dir=git_dir)
     return "fetched"
-
-
 
 
 def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
@@ -138,7 +180,7 @@ def gitlinks(git_dir: Path, commit: str) -> dict[str, str]:
     links = {}
     for record in filter(None, out.split("\0")):
         meta, path = record.split("\t", 1)
-        mode, kind, obj = meta.split()
+        _mode, kind, obj = meta.split()
         if kind == "commit":
             links[path] = obj
     return links
@@ -158,19 +200,25 @@ def check_submodule_pins(lock: Lockfile, cache: SourceCache, pin: Pin) -> list[s
         entries = "\n".join(
             f'  [[source]]\n  name = "{pin.name}.{PurePosixPath(path).name}"\n'
             f'  parent = "{pin.name}"\n  path = "{path}"\n  url = "<submodule url>"\n'
-            f'  commit = "{links[path]}"' for path in unpinned)
+            f'  commit = "{links[path]}"'
+            for path in unpinned
+        )
         raise SglforgeError(
             f"{lock.path}: '{pin.name}' at {pin.commit[:12]} has submodule(s) without a pin: "
-            f"{', '.join(unpinned)}. Add:\n{entries}")
+            f"{', '.join(unpinned)}. Add:\n{entries}"
+        )
     warnings = []
     for path, sub in pinned.items():
         if path not in links:
             raise SglforgeError(
                 f"{lock.path}: source '{sub.name}' (line {sub.line}) places a submodule at "
-                f"'{path}', but '{pin.name}' at {pin.commit[:12]} has no submodule there")
+                f"'{path}', but '{pin.name}' at {pin.commit[:12]} has no submodule there"
+            )
         if links[path] != sub.commit:
-            warnings.append(f"{sub.name}: pinned {sub.commit} differs from the commit "
-                            f"'{pin.name}' records at {path} ({links[path]}); using the pin")
+            warnings.append(
+                f"{sub.name}: pinned {sub.commit} differs from the commit "
+                f"'{pin.name}' records at {path} ({links[path]}); using the pin"
+            )
     return warnings
 
 
@@ -184,8 +232,15 @@ def pinned_set(lock: Lockfile, names: list[str], *, with_children: bool = True) 
     return pins
 
 
-def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offline: bool,
-                  extra: list[GitWant] = (), with_children: bool = True) -> FetchReport:
+def fetch_sources(
+    lock: Lockfile,
+    names: list[str],
+    settings: Settings,
+    *,
+    offline: bool,
+    extra: list[GitWant] = (),
+    with_children: bool = True,
+) -> FetchReport:
     """Fetch the closure of `names` (all upstreams if empty) plus `extra` commits.
 
     `with_children=False` fetches only the named sources themselves: enough to check patch
@@ -201,16 +256,23 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
     pins = pinned_set(lock, names, with_children=with_children)
     for pin in [p for p in pins if p.name in substitutes]:
         sub = substitutes[pin.name]
-        report.substituted.append(f"{pin.name} {pin.short}: NOT fetched; {sub.path} stands in "
-                                  f"({sub.origin}: {sub.reason})")
+        report.substituted.append(
+            f"{pin.name} {pin.short}: NOT fetched; {sub.path} stands in "
+            f"({sub.origin}: {sub.reason})"
+        )
     pins = [p for p in pins if p.name not in substitutes]
     with cache.locked():
         cache.remove_partial_downloads()  # a killed run's; under the lock, nobody else's
         for pin in pins:
             label = f"{pin.name} {pin.short}"
             if pin.is_git:
-                state = fetch_commit(cache, GitWant(pin.url, pin.commit, pin.name), settings,
-                                     offline, ref_hint=pin.ref)
+                state = fetch_commit(
+                    cache,
+                    GitWant(pin.url, pin.commit, pin.name),
+                    settings,
+                    offline,
+                    ref_hint=pin.ref,
+                )
                 if state == "missing":
                     report.missing.append(f"{pin.name}: commit {pin.commit} from {pin.url}")
                     continue
@@ -218,8 +280,9 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
             elif pin.sdist is not None:
                 state = fetch_sdist(cache, pin, settings, offline, lock)
                 if state == "missing":
-                    report.missing.append(f"{pin.name}: sdist {pin.sdist} sha256 {pin.sha256} "
-                                          "from the package index")
+                    report.missing.append(
+                        f"{pin.name}: sdist {pin.sdist} sha256 {pin.sha256} from the package index"
+                    )
                     continue
             else:
                 state = fetch_tarball(cache, pin, settings, offline)
@@ -238,7 +301,8 @@ def fetch_sources(lock: Lockfile, names: list[str], settings: Settings, *, offli
                 f"offline: {len(report.missing)} source(s) missing from the cache "
                 f"{cache.root}:\n" + "\n".join(f"  - {m}" for m in report.missing),
                 hint="run `nox -s fetch` on a connected host and move the cache with "
-                     "`--bundle FILE` / `--from-bundle FILE`")
+                "`--bundle FILE` / `--from-bundle FILE`",
+            )
         for pin in pins:
             if pin.is_git and with_children:
                 report.warnings += check_submodule_pins(lock, cache, pin)
@@ -250,7 +314,7 @@ def verify_git_pin(cache: SourceCache, pin: Pin) -> str:
     git_dir = cache.git_dir(pin.url)
     tree = git_out("rev-parse", rev(f"{pin.commit}^{{tree}}"), git_dir=git_dir)
     if pin.tree and tree != pin.tree:
-        raise SglforgeError(f"{pin.name}: expected tree {pin.tree} for commit {pin.commit}, "
-                            f"got {tree}")
+        raise SglforgeError(
+            f"{pin.name}: expected tree {pin.tree} for commit {pin.commit}, got {tree}"
+        )
     return tree
-

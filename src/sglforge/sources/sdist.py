@@ -31,8 +31,10 @@ from sglforge.sources.cache import SourceCache
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 PAGE_LIMIT = 16 << 20  # a simple page larger than this is refused (PyPI's largest: ~10 MiB)
-ACCEPT = ("application/vnd.pypi.simple.v1+json, "
-          "application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1")
+ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, "
+    "application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+)
 
 
 @dataclass(frozen=True)
@@ -95,17 +97,25 @@ def _page_files(body: bytes, content_type: str, page_url: str) -> list[IndexFile
             entries = data["files"]
             assert isinstance(entries, list)
         except (ValueError, KeyError, TypeError, AssertionError, RecursionError):
-            raise SglforgeError(f"{page_url}: not a PEP 691 simple page (no 'files' list)") \
-                from None
+            raise SglforgeError(
+                f"{page_url}: not a PEP 691 simple page (no 'files' list)"
+            ) from None
         for entry in entries:
-            if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or \
-                    not isinstance(entry.get("url"), str):
+            if (
+                not isinstance(entry, dict)
+                or not isinstance(entry.get("filename"), str)
+                or not isinstance(entry.get("url"), str)
+            ):
                 continue
             hashes = entry.get("hashes") if isinstance(entry.get("hashes"), dict) else {}
             digest = hashes.get("sha256")
-            files.append(IndexFile(entry["filename"], urllib.parse.urljoin(page_url,
-                                                                          entry["url"]),
-                                   digest if isinstance(digest, str) else None))
+            files.append(
+                IndexFile(
+                    entry["filename"],
+                    urllib.parse.urljoin(page_url, entry["url"]),
+                    digest if isinstance(digest, str) else None,
+                )
+            )
         return files
     parser = _Links()
     parser.feed(body.decode("utf-8", errors="replace"))
@@ -113,7 +123,7 @@ def _page_files(body: bytes, content_type: str, page_url: str) -> list[IndexFile
         absolute = urllib.parse.urljoin(page_url, href)
         target, _, fragment = absolute.partition("#")
         name = text or urllib.parse.unquote(target.rstrip("/").rsplit("/", 1)[-1])
-        digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        digest = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
         files.append(IndexFile(name, target, digest))
     return files
 
@@ -129,15 +139,17 @@ def _read_page(url: str) -> tuple[bytes, str]:
             if candidate.is_file():
                 with open(candidate, "rb") as handle:
                     body = handle.read(PAGE_LIMIT + 1)
-                kind = "application/vnd.pypi.simple.v1+json" if candidate.suffix == ".json" \
+                kind = (
+                    "application/vnd.pypi.simple.v1+json"
+                    if candidate.suffix == ".json"
                     else "text/html"
+                )
                 break
         else:
             raise FileNotFoundError(f"no index.html in {path}")
     else:
-        request = urllib.request.Request(url, headers={"User-Agent": "sglforge",
-                                                       "Accept": ACCEPT})
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+        request = urllib.request.Request(url, headers={"User-Agent": "sglforge", "Accept": ACCEPT})
+        with urllib.request.urlopen(request, timeout=60) as response:
             body = response.read(PAGE_LIMIT + 1)
             kind = response.headers.get("Content-Type", "text/html")
     if len(body) > PAGE_LIMIT:
@@ -158,10 +170,10 @@ def find_sdist(pin: Pin, index: str, settings: Settings, origin: str) -> IndexFi
     try:
         body, kind = _read_page(resolved)
     except OSError as exc:
-        raise SglforgeError(f"{pin.name}: cannot read the package index page {shown} "
-                            f"(index from {origin}): {exc}",
-                            hint="check SGLFORGE_INDEX / toolchain.toml `index`, your "
-                                 "network, or add a mirror") from None
+        raise SglforgeError(
+            f"{pin.name}: cannot read the package index page {shown} (index from {origin}): {exc}",
+            hint="check SGLFORGE_INDEX / toolchain.toml `index`, your network, or add a mirror",
+        ) from None
     files = _page_files(body, kind, resolved)
     wanted = sdist_filenames(pin.sdist)
     found = [f for f in files if f.filename in wanted]
@@ -169,15 +181,19 @@ def find_sdist(pin: Pin, index: str, settings: Settings, origin: str) -> IndexFi
         sdists = sorted(f.filename for f in files if f.filename.endswith((".tar.gz", ".zip")))
         near = [n for n in sdists if SDIST.fullmatch(pin.sdist).group("version") in n]
         listed = ", ".join(near or sdists[-5:]) or "none"
-        raise SglforgeError(f"{pin.name}: expected {' or '.join(wanted)} on {shown}, got no such "
-                            f"file (sdists there: {listed})",
-                            hint="the release has no sdist on this index, or the pin is wrong")
+        raise SglforgeError(
+            f"{pin.name}: expected {' or '.join(wanted)} on {shown}, got no such "
+            f"file (sdists there: {listed})",
+            hint="the release has no sdist on this index, or the pin is wrong",
+        )
     chosen = found[0]
     if chosen.sha256 is not None and chosen.sha256 != pin.sha256:
-        raise SglforgeError(f"{pin.name}: expected sha256 {pin.sha256}, got {chosen.sha256} "
-                            f"for {chosen.filename} on {shown}",
-                            hint="the index serves a different file under this name (a "
-                                 "re-upload, or a wrong mirror); nothing was downloaded")
+        raise SglforgeError(
+            f"{pin.name}: expected sha256 {pin.sha256}, got {chosen.sha256} "
+            f"for {chosen.filename} on {shown}",
+            hint="the index serves a different file under this name (a "
+            "re-upload, or a wrong mirror); nothing was downloaded",
+        )
     problem = check_url(chosen.url)
     scheme = chosen.url.split("://", 1)[0] if "://" in chosen.url else ""
     remote_page = resolved.split("://", 1)[0] in ("http", "https")
@@ -186,13 +202,15 @@ def find_sdist(pin: Pin, index: str, settings: Settings, origin: str) -> IndexFi
     if problem is None and remote_page and scheme not in ("http", "https"):
         problem = "a remote index may only link to http(s) files, never to local paths"
     if problem is not None:
-        raise SglforgeError(f"{pin.name}: {shown} links {chosen.filename} to "
-                            f"{chosen.url[:120]!r}: {problem}")
+        raise SglforgeError(
+            f"{pin.name}: {shown} links {chosen.filename} to {chosen.url[:120]!r}: {problem}"
+        )
     return chosen
 
 
-def fetch_sdist(cache: SourceCache, pin: Pin, settings: Settings, offline: bool,
-                lock: Lockfile) -> str:
+def fetch_sdist(
+    cache: SourceCache, pin: Pin, settings: Settings, offline: bool, lock: Lockfile
+) -> str:
     """Make the pin's sdist present in the cache (by sha256); 'cached', 'fetched', 'missing'."""
     from sglforge.sources.download import fetch_tarball
 

@@ -36,8 +36,9 @@ from sglforge.sources.trees import directory_tree
 LABEL = "sub"  # the local-version segment: `.sub<8 hex>`
 
 
-def substitutes_for(lock: Lockfile, settings: Settings, upstream: str | None = None
-                    ) -> dict[str, Substitute]:
+def substitutes_for(
+    lock: Lockfile, settings: Settings, upstream: str | None = None
+) -> dict[str, Substitute]:
     """The configured substitutes (of `upstream`'s closure, or all), each checked to name a
     FetchContent input of the lockfile; pin name -> substitute."""
     if not settings.substitutes:
@@ -47,10 +48,12 @@ def substitutes_for(lock: Lockfile, settings: Settings, upstream: str | None = N
     for sub in settings.substitutes:
         if sub.name not in inputs:
             known = ", ".join(sorted(inputs)) or "none"
-            raise SglforgeError(f"{sub.origin}: '{sub.name}' is not a FetchContent input in "
-                                f"{lock.path} (FetchContent inputs: {known})",
-                                hint="a substitute stands in only for a downloaded "
-                                     "dependency, never for an upstream or a submodule")
+            raise SglforgeError(
+                f"{sub.origin}: '{sub.name}' is not a FetchContent input in "
+                f"{lock.path} (FetchContent inputs: {known})",
+                hint="a substitute stands in only for a downloaded "
+                "dependency, never for an upstream or a submodule",
+            )
         found[sub.name] = sub
     if upstream is None:
         return found
@@ -73,8 +76,10 @@ def _check_directory(sub: Substitute) -> None:
                 target = Path(os.readlink(path))
                 resolved = (path.parent / target).resolve()
                 if target.is_absolute() or not resolved.is_relative_to(real_root):
-                    raise SglforgeError(f"{sub.origin}: {path} links outside {root} "
-                                        f"({target}); copy the file in instead")
+                    raise SglforgeError(
+                        f"{sub.origin}: {path} links outside {root} "
+                        f"({target}); copy the file in instead"
+                    )
             elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise SglforgeError(f"{sub.origin}: {path} is not a regular file or directory")
 
@@ -87,8 +92,10 @@ def substitute_tree(sub: Substitute) -> str:
 
 def substitute_trees(lock: Lockfile, settings: Settings, upstream: str) -> dict[str, str]:
     """Pin name -> tree id of each substitute in `upstream`'s closure (for the build key)."""
-    return {name: substitute_tree(sub)
-            for name, sub in sorted(substitutes_for(lock, settings, upstream).items())}
+    return {
+        name: substitute_tree(sub)
+        for name, sub in sorted(substitutes_for(lock, settings, upstream).items())
+    }
 
 
 def place_substitute(sub: Substitute, dest: Path, expected_tree: str | None = None) -> str:
@@ -102,8 +109,10 @@ def place_substitute(sub: Substitute, dest: Path, expected_tree: str | None = No
         copy_tree_inside(sub.path.resolve(), staged, f"{sub.origin}: substitute {sub.name}")
         tree = directory_tree(staged)
         if expected_tree is not None and tree != expected_tree:
-            raise SglforgeError(f"{sub.origin}: {sub.path} changed during the build (tree "
-                                f"{expected_tree} when the build key was computed, now {tree})")
+            raise SglforgeError(
+                f"{sub.origin}: {sub.path} changed during the build (tree "
+                f"{expected_tree} when the build key was computed, now {tree})"
+            )
         staged.chmod(0o755)  # readable by the build user, whatever the directory's mode
         replace_dir(staged, dest)
     return tree
@@ -117,8 +126,9 @@ def label_segment(trees: Mapping[str, str]) -> str | None:
     return LABEL + hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
-def provenance_records(lock: Lockfile, settings: Settings, trees: Mapping[str, str]
-                       ) -> tuple[dict[str, Any], ...] | None:
+def provenance_records(
+    lock: Lockfile, settings: Settings, trees: Mapping[str, str]
+) -> tuple[dict[str, Any], ...] | None:
     """What provenance says of each substitution: the pin not used and what stood in for it."""
     if not trees:
         return None
@@ -126,8 +136,16 @@ def provenance_records(lock: Lockfile, settings: Settings, trees: Mapping[str, s
     records = []
     for name, tree in sorted(trees.items()):
         pin = lock.get(name)
-        records.append({"name": name, "pinned": pin.identity, "url": pin.url, "tree": tree,
-                        "path": str(subs[name].path), "reason": subs[name].reason})
+        records.append(
+            {
+                "name": name,
+                "pinned": pin.identity,
+                "url": pin.url,
+                "tree": tree,
+                "path": str(subs[name].path),
+                "reason": subs[name].reason,
+            }
+        )
     return tuple(records)
 
 
@@ -135,8 +153,13 @@ def substitute_problem(substitutes: Any, where: str) -> str | None:
     """Why a wheel whose provenance lists `substitutes` may not leave this host, or None."""
     if not substitutes:
         return None
-    names = ", ".join(str(s.get("name")) if isinstance(s, dict) else "?"
-                      for s in substitutes) if isinstance(substitutes, (list, tuple)) else "?"
-    return (f"{where} was built with substituted inputs ({names}: local directories in place "
-            "of their pins, [substitutes] in the user config); it is for local use only: "
-            "rebuild it from the pinned sources")
+    names = (
+        ", ".join(str(s.get("name")) if isinstance(s, dict) else "?" for s in substitutes)
+        if isinstance(substitutes, (list, tuple))
+        else "?"
+    )
+    return (
+        f"{where} was built with substituted inputs ({names}: local directories in place "
+        "of their pins, [substitutes] in the user config); it is for local use only: "
+        "rebuild it from the pinned sources"
+    )

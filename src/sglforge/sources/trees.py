@@ -54,12 +54,31 @@ def directory_tree(path: Path) -> str:
         git("init", "--quiet", "--bare", "--", str(git_dir))
         (git_dir / "info").mkdir(exist_ok=True)
         (git_dir / "info" / "attributes").write_text(NEUTRAL)
-        config = ["-c", "core.autocrlf=false", "-c", "core.excludesFile=/dev/null",
-                  "-c", "core.attributesFile=/dev/null", "-c", "core.fileMode=true",
-                  "-c", "core.bare=false"]
+        config = [
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "core.excludesFile=/dev/null",
+            "-c",
+            "core.attributesFile=/dev/null",
+            "-c",
+            "core.fileMode=true",
+            "-c",
+            "core.bare=false",
+        ]
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git(*config, f"--work-tree={path}", "add", "--all", "--force", "--", ".",
-            git_dir=git_dir, env=env, what=f"tree id of {path}")
+        git(
+            *config,
+            f"--work-tree={path}",
+            "add",
+            "--all",
+            "--force",
+            "--",
+            ".",
+            git_dir=git_dir,
+            env=env,
+            what=f"tree id of {path}",
+        )
         return git_out("write-tree", git_dir=git_dir, env=env)
 
 
@@ -77,8 +96,9 @@ class TreeRecords:
 
     @staticmethod
     def patched_key(pin: Pin, series_digest: str) -> str:
-        blob = json.dumps({"name": pin.name, "source": pin.identity, "series": series_digest},
-                          sort_keys=True)
+        blob = json.dumps(
+            {"name": pin.name, "source": pin.identity, "series": series_digest}, sort_keys=True
+        )
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _read(self, name: str) -> str | None:
@@ -106,8 +126,9 @@ class TreeRecords:
         self._write(f"archive-{sha256}", tree)
 
 
-def input_tree(cache: SourceCache, pin: Pin, exported: Path | None = None,
-               substituted: bool = False) -> str | None:
+def input_tree(
+    cache: SourceCache, pin: Pin, exported: Path | None = None, substituted: bool = False
+) -> str | None:
     """The tree of one child input: a submodule's from the cache; an archive's from its
     record, else computed from `exported` (its extracted directory) and recorded. A
     substituted input's is computed from `exported` and never recorded under the pin."""
@@ -124,17 +145,23 @@ def input_tree(cache: SourceCache, pin: Pin, exported: Path | None = None,
     return known
 
 
-def input_trees(lock: Lockfile, cache: SourceCache, upstream: str,
-                exported: dict[str, Path] | None = None,
-                substituted: Collection[str] = ()) -> dict[str, str | None]:
+def input_trees(
+    lock: Lockfile,
+    cache: SourceCache,
+    upstream: str,
+    exported: dict[str, Path] | None = None,
+    substituted: Collection[str] = (),
+) -> dict[str, str | None]:
     """Child pin name -> tree id (None: not computable from what is here)."""
-    return {pin.name: input_tree(cache, pin, (exported or {}).get(pin.name),
-                                 substituted=pin.name in substituted)
-            for pin in lock.closure(upstream)[1:]}
+    return {
+        pin.name: input_tree(
+            cache, pin, (exported or {}).get(pin.name), substituted=pin.name in substituted
+        )
+        for pin in lock.closure(upstream)[1:]
+    }
 
 
-def planned_tree(cache: SourceCache, pin: Pin, series_digest: str,
-                 has_series: bool) -> str | None:
+def planned_tree(cache: SourceCache, pin: Pin, series_digest: str, has_series: bool) -> str | None:
     """The upstream's tree after its series, where known without running anything: a record
     (from `patches check` or a build), or the pin's own tree when there is no series."""
     known = TreeRecords(cache).patched(pin, series_digest)

@@ -56,8 +56,11 @@ def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
     on_path = shutil.which("cuobjdump")
     if on_path:
         candidates.append(Path(on_path))
-    for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                 *[p for p in sys.path if p.endswith("site-packages")]}:
+    for base in {
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+        *[p for p in sys.path if p.endswith("site-packages")],
+    }:
         for sub in ("cu13", "cu12", "cuda_cuobjdump"):
             candidates.append(Path(base) / "nvidia" / sub / "bin" / "cuobjdump")
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
@@ -66,8 +69,9 @@ def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
 def list_archs(cuobjdump: Path, elf: Path, families: bool = False) -> tuple[str, ...]:
     """The SASS targets of the cubins in `elf`; with `families`, a bare `sm_N` as listed is
     replaced by what the fatbin headers say (`sm_Nf` for a family-specific cubin)."""
-    proc = subprocess.run([str(cuobjdump), "--list-elf", str(elf)], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [str(cuobjdump), "--list-elf", str(elf)], capture_output=True, text=True, check=False
+    )
     text = proc.stdout + proc.stderr
     archs = set(CUBIN_LINE.findall(text))
     if proc.returncode != 0 and not archs and "does not contain device code" not in text:
@@ -83,16 +87,20 @@ def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
     """The `arch = …` line of every fatbin entry `cuobjdump -elf` prints, read as a stream
     (it also dumps each cubin's sections and symbols: megabytes per cubin)."""
     found: set[str] = set()
-    with subprocess.Popen([str(cuobjdump), "-elf", str(elf)], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, errors="replace") as proc:
+    with subprocess.Popen(
+        [str(cuobjdump), "-elf", str(elf)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             match = FATBIN_ARCH.fullmatch(line.strip())
             if match:
                 found.add(match.group(1))
     if proc.returncode != 0:
-        raise SglforgeError(f"cuobjdump -elf failed on {elf.name} (exit status "
-                            f"{proc.returncode})")
+        raise SglforgeError(f"cuobjdump -elf failed on {elf.name} (exit status {proc.returncode})")
     return found
 
 
@@ -108,19 +116,26 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                     continue
             target = Path(tmp) / "member.elf"
             target.write_bytes(archive.read(info))
-            archs = list_archs(cuobjdump, target,
-                               families=any(a.endswith("f") for a in required))
+            archs = list_archs(cuobjdump, target, families=any(a.endswith("f") for a in required))
             if archs:
                 found.append(ElfArchs(info.filename, archs))
     if required:
         if not found:
-            raise SglforgeError(f"{wheel.name}: arch audit: no ELF in the wheel holds device "
-                                f"code, but the recipe requires {', '.join(required)}")
-        gaps = [f"  - {e.member}: missing {', '.join(sorted(set(required) - set(e.archs)))} "
-                f"(has {', '.join(e.archs)})" for e in found if set(required) - set(e.archs)]
+            raise SglforgeError(
+                f"{wheel.name}: arch audit: no ELF in the wheel holds device "
+                f"code, but the recipe requires {', '.join(required)}"
+            )
+        gaps = [
+            f"  - {e.member}: missing {', '.join(sorted(set(required) - set(e.archs)))} "
+            f"(has {', '.join(e.archs)})"
+            for e in found
+            if set(required) - set(e.archs)
+        ]
         if gaps:
-            raise SglforgeError(f"{wheel.name}: arch audit failed:\n" + "\n".join(gaps),
-                                hint="check the recipe's arch list (gencodes / arch env)")
+            raise SglforgeError(
+                f"{wheel.name}: arch audit failed:\n" + "\n".join(gaps),
+                hint="check the recipe's arch list (gencodes / arch env)",
+            )
     return found
 
 
@@ -148,13 +163,15 @@ def audit_purity(wheel: Path) -> None:
     if not elfs:
         return
     tags = message.get_all("Tag") or []
-    pure = [t for t in tags if t.endswith("-any")] + [t for t in wheel.name[:-4].split("-")[-1:]
-                                                     if t == "any"]
+    pure = [t for t in tags if t.endswith("-any")] + [
+        t for t in wheel.name[:-4].split("-")[-1:] if t == "any"
+    ]
     if str(message["Root-Is-Purelib"]).strip().lower() == "true" or pure:
         raise SglforgeError(
             f"{wheel.name}: platform audit failed: the wheel holds ELF files "
             f"({', '.join(elfs[:3])}{', …' if len(elfs) > 3 else ''}) but is tagged pure "
-            f"(Root-Is-Purelib: {message['Root-Is-Purelib']}, Tag: {', '.join(tags)})")
+            f"(Root-Is-Purelib: {message['Root-Is-Purelib']}, Tag: {', '.join(tags)})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,11 +196,19 @@ def audit_purity(wheel: Path) -> None:
 # Anything else is unresolvable. Libraries that torch happens to have loaded already do not
 # count: import order is not a dependency.
 
-DRIVER_LIBS = frozenset({"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1",
-                         "libcudadebugger.so.1"})
-STANDARD_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
-                 "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-                 "/usr/lib/aarch64-linux-gnu")
+DRIVER_LIBS = frozenset(
+    {"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libcudadebugger.so.1"}
+)
+STANDARD_DIRS = (
+    "/lib",
+    "/usr/lib",
+    "/lib64",
+    "/usr/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+)
 TOOLKIT_DIR = re.compile(r"^/(usr/local|opt)/cuda[^/]*/")
 DT_NEEDED, DT_STRTAB, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 5, 14, 15, 29
 
@@ -203,12 +228,16 @@ def read_dynamic(data: bytes) -> ElfDynamic | None:
         return None
     wide, end = data[4] == 2, "<" if data[5] == 1 else ">"
     if wide:
-        phoff, phentsize, phnum = (struct.unpack_from(end + "Q", data, 32)[0],
-                                   *struct.unpack_from(end + "HH", data, 54))
+        phoff, phentsize, phnum = (
+            struct.unpack_from(end + "Q", data, 32)[0],
+            *struct.unpack_from(end + "HH", data, 54),
+        )
         phdr, dyn = end + "IIQQQQ", end + "qQ"
     else:
-        phoff, phentsize, phnum = (struct.unpack_from(end + "I", data, 28)[0],
-                                   *struct.unpack_from(end + "HH", data, 42))
+        phoff, phentsize, phnum = (
+            struct.unpack_from(end + "I", data, 28)[0],
+            *struct.unpack_from(end + "HH", data, 42),
+        )
         phdr, dyn = end + "IIIIII", end + "iI"
     loads, dynamic = [], None
     for i in range(phnum):
@@ -237,13 +266,18 @@ def read_dynamic(data: bytes) -> ElfDynamic | None:
 
     def string(offset: int) -> str:
         start = base + offset
-        return data[start:data.index(b"\0", start)].decode(errors="replace")
+        return data[start : data.index(b"\0", start)].decode(errors="replace")
 
-    rpath = [p for tag in (DT_RPATH, DT_RUNPATH) for t, v in entries if t == tag
-             for p in string(v).split(":") if p]
+    rpath = [
+        p
+        for tag in (DT_RPATH, DT_RUNPATH)
+        for t, v in entries
+        if t == tag
+        for p in string(v).split(":")
+        if p
+    ]
     soname = next((string(v) for t, v in entries if t == DT_SONAME), None)
-    return ElfDynamic(tuple(string(v) for t, v in entries if t == DT_NEEDED), tuple(rpath),
-                      soname)
+    return ElfDynamic(tuple(string(v) for t, v in entries if t == DT_NEEDED), tuple(rpath), soname)
 
 
 @dataclass(frozen=True)
@@ -258,8 +292,11 @@ class LibraryWorld:
 
     @classmethod
     def detect(cls) -> LibraryWorld:
-        return cls(site_dirs=build_env_site_dirs(), system=system_libraries(),
-                   requires=build_env_requires())
+        return cls(
+            site_dirs=build_env_site_dirs(),
+            system=system_libraries(),
+            requires=build_env_requires(),
+        )
 
 
 def build_env_site_dirs() -> dict[str, dict[str, str]]:
@@ -274,8 +311,11 @@ def build_env_site_dirs() -> dict[str, dict[str, str]]:
         for file in dist.files or ():
             path = file.as_posix()
             base = posixpath.basename(path)
-            if (".so" in base and not path.startswith("..")
-                    and not path.split("/")[0].endswith((".dist-info", ".data"))):
+            if (
+                ".so" in base
+                and not path.startswith("..")
+                and not path.split("/")[0].endswith((".dist-info", ".data"))
+            ):
                 directory = posixpath.dirname(path)
                 found.setdefault(directory, {})[base] = name
     return dict(sorted(found.items()))
@@ -287,8 +327,10 @@ def build_env_requires() -> dict[str, tuple[str, ...]]:
 
     from sglforge.base.requirements import canonical_name
 
-    return {canonical_name(dist.metadata["Name"] or ""): tuple(dist.requires or ())
-            for dist in importlib.metadata.distributions()}
+    return {
+        canonical_name(dist.metadata["Name"] or ""): tuple(dist.requires or ())
+        for dist in importlib.metadata.distributions()
+    }
 
 
 def declared_closure(requires: list[str], world: LibraryWorld) -> set[str]:
@@ -326,9 +368,12 @@ def declared_closure(requires: list[str], world: LibraryWorld) -> set[str]:
 def system_libraries() -> frozenset[str]:
     names: set[str] = set()
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
-    proc = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False) \
-        if os.path.exists(ldconfig) else None
-    for line in (proc.stdout.splitlines() if proc else []):
+    proc = (
+        subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False)
+        if os.path.exists(ldconfig)
+        else None
+    )
+    for line in proc.stdout.splitlines() if proc else []:
         name, sep, path = line.strip().partition(" => ")
         if sep and not TOOLKIT_DIR.match(path.strip()):
             names.add(name.split(" (")[0].strip())
@@ -360,7 +405,7 @@ def _expand(entry: str, origin: str) -> str | None:
     expanded = entry.replace("${ORIGIN}", "$ORIGIN")
     if not expanded.startswith("$ORIGIN"):
         return None
-    path = posixpath.normpath(posixpath.join(origin, expanded[len("$ORIGIN"):].lstrip("/")))
+    path = posixpath.normpath(posixpath.join(origin, expanded[len("$ORIGIN") :].lstrip("/")))
     return None if path == ".." or path.startswith("../") else path.removeprefix("./")
 
 
@@ -370,8 +415,9 @@ def _allowed(dist: str, declared: set[str], torch_bound: bool) -> bool:
     return dist in declared
 
 
-def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
-                         torch_bound: bool, requires: list[str]) -> list[Dependency]:
+def resolve_dependencies(
+    members: dict[str, bytes], world: LibraryWorld, *, torch_bound: bool, requires: list[str]
+) -> list[Dependency]:
     """Classify every DT_NEEDED of every ELF member (see the table above)."""
     installed = {install_path(n) for n in members}
     required = declared_closure(requires, world)
@@ -389,8 +435,15 @@ def resolve_dependencies(members: dict[str, bytes], world: LibraryWorld, *,
     return out
 
 
-def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world: LibraryWorld,
-             required: set[str], torch_bound: bool) -> Dependency:
+def _resolve(
+    member: str,
+    lib: str,
+    dirs: list[str],
+    installed: set[str],
+    world: LibraryWorld,
+    required: set[str],
+    torch_bound: bool,
+) -> Dependency:
     for directory in dirs:
         if f"{directory}/{lib}".removeprefix("/") in installed:
             return Dependency(member, lib, "wheel", directory)
@@ -410,16 +463,22 @@ def _resolve(member: str, lib: str, dirs: list[str], installed: set[str], world:
     elif providers:
         directory, dist = providers[0]
         if not _allowed(dist, required, torch_bound):
-            why = (f"in {directory} of {dist}, which the wheel does not require"
-                   + (" (torch counts only with requires-torch-abi)" if dist == "torch" else
-                      " (neither directly nor through what it requires)"))
+            why = f"in {directory} of {dist}, which the wheel does not require" + (
+                " (torch counts only with requires-torch-abi)"
+                if dist == "torch"
+                else " (neither directly nor through what it requires)"
+            )
         else:
             rel = posixpath.relpath(directory, here)
-            why = (f"in {directory} of {dist}, but no RPATH entry reaches it (loads only if "
-                   f"something else loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')")
+            why = (
+                f"in {directory} of {dist}, but no RPATH entry reaches it (loads only if "
+                f"something else loaded it first; link with -Wl,-rpath,'$ORIGIN/{rel}')"
+            )
     else:
-        why = ("not in the wheel, a required distribution, the system or the driver "
-               "(a CUDA toolkit library does not count)")
+        why = (
+            "not in the wheel, a required distribution, the system or the driver "
+            "(a CUDA toolkit library does not count)"
+        )
     return Dependency(member, lib, None, why)
 
 
@@ -428,8 +487,9 @@ def audit_dependencies(wheel: Path, world: LibraryWorld) -> list[Dependency]:
     from sglforge.wheel.normalize import parse_headers, read_wheel
 
     members, _ = read_wheel(wheel)
-    meta = next((d for n, d in members.items() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)),
-                b"")
+    meta = next(
+        (d for n, d in members.items() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), b""
+    )
     requires = parse_headers(meta).get_all("Requires-Dist") or []
     torch_bound = any(re.match(r"\s*torch\s*==", r) for r in requires)
     return resolve_dependencies(members, world, torch_bound=torch_bound, requires=requires)

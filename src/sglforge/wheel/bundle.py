@@ -156,8 +156,9 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def find_runtime_wheels(pins: list[PinnedRequirement], wheelhouses: tuple[Path, ...],
-                        what: str = "bundle") -> dict[str, list[Path]]:
+def find_runtime_wheels(
+    pins: list[PinnedRequirement], wheelhouses: tuple[Path, ...], what: str = "bundle"
+) -> dict[str, list[Path]]:
     """For each pin, the wheelhouse files with its name and version whose sha256 it allows.
     A pin without one is an error naming the requirement (all of them, together; `what`,
     the verb asking, heads the message). Shared by `bundle` and `publish`."""
@@ -172,22 +173,37 @@ def find_runtime_wheels(pins: list[PinnedRequirement], wheelhouses: tuple[Path, 
     found: dict[str, list[Path]] = {}
     problems: list[str] = []
     for pin in pins:
-        named = [p for p in candidates.get(pin.name, [])
-                 if _same_version(_wheel_name_version(p)[1], pin.version)]
+        named = [
+            p
+            for p in candidates.get(pin.name, [])
+            if _same_version(_wheel_name_version(p)[1], pin.version)
+        ]
         matching = [p for p in named if cached_sha256(p) in pin.hashes]
         if matching:
             found[pin.name] = matching
             continue
         where = ", ".join(str(h) for h in wheelhouses) or "no --wheelhouse given"
-        detail = (f"{len(named)} wheel(s) named {pin.name} {pin.version} there, none with a "
-                  "sha256 the lock allows" if named else "no wheel for it")
-        problems.append(f"{pin.name}=={pin.version} (lock line {pin.line}): {detail} "
-                        f"(wheelhouse: {where})")
+        detail = (
+            f"{len(named)} wheel(s) named {pin.name} {pin.version} there, none with a "
+            "sha256 the lock allows"
+            if named
+            else "no wheel for it"
+        )
+        problems.append(
+            f"{pin.name}=={pin.version} (lock line {pin.line}): {detail} (wheelhouse: {where})"
+        )
     if problems:
-        raise ConfigErrors(what, problems + [
-            ("fill the wheelhouse with the locked files, e.g. `pip download --no-deps "
-            "--only-binary :all: --python-version 3.12 --platform manylinux_2_28_x86_64 "
-            "--require-hashes -r lockfiles/runtime.lock -d DIR` on a host with PyPI")])
+        raise ConfigErrors(
+            what,
+            problems
+            + [
+                (
+                    "fill the wheelhouse with the locked files, e.g. `pip download --no-deps "
+                    "--only-binary :all: --python-version 3.12 --platform manylinux_2_28_x86_64 "
+                    "--require-hashes -r lockfiles/runtime.lock -d DIR` on a host with PyPI"
+                )
+            ],
+        )
     return found
 
 
@@ -197,8 +213,9 @@ def _patch_digests(patches_dir: Path) -> dict[str, list[dict]]:
         return out
     for upstream in sorted(p for p in patches_dir.iterdir() if p.is_dir()):
         files = sorted(p for p in upstream.rglob("*") if p.is_file())
-        out[upstream.name] = [{"file": str(p.relative_to(patches_dir)), "sha256": sha256_file(p)}
-                              for p in files]
+        out[upstream.name] = [
+            {"file": str(p.relative_to(patches_dir)), "sha256": sha256_file(p)} for p in files
+        ]
     return out
 
 
@@ -207,9 +224,18 @@ def _pins(project) -> list[dict]:
         return []
     from sglforge.inputs.pins import parse_lockfile
 
-    return [{"name": p.name, "url": p.url, "commit": p.commit, "sha256": p.sha256,
-             "ref": p.ref, "parent": p.parent, "path": p.path}
-            for p in parse_lockfile(project.lockfile).pins]
+    return [
+        {
+            "name": p.name,
+            "url": p.url,
+            "commit": p.commit,
+            "sha256": p.sha256,
+            "ref": p.ref,
+            "parent": p.parent,
+            "path": p.path,
+        }
+        for p in parse_lockfile(project.lockfile).pins
+    ]
 
 
 def _toolchain(project) -> dict | None:
@@ -218,33 +244,62 @@ def _toolchain(project) -> dict | None:
     from sglforge.inputs.toolchain import load_toolchain
 
     t = load_toolchain(project.toolchain)
-    return {"cuda": t.cuda, "python": t.python, "torch": t.torch, "torch_index": t.torch_index,
-            "build_requires": dict(sorted(t.build_requires.items()))}
-
-
-def stack_document(project, name: str, version: str, wheelset, runtime: dict[str, list[Path]],
-                   pins: list[PinnedRequirement]) -> dict:
     return {
-        "format": FORMAT, "name": name, "stack_version": version,
+        "cuda": t.cuda,
+        "python": t.python,
+        "torch": t.torch,
+        "torch_index": t.torch_index,
+        "build_requires": dict(sorted(t.build_requires.items())),
+    }
+
+
+def stack_document(
+    project,
+    name: str,
+    version: str,
+    wheelset,
+    runtime: dict[str, list[Path]],
+    pins: list[PinnedRequirement],
+) -> dict:
+    return {
+        "format": FORMAT,
+        "name": name,
+        "stack_version": version,
         "generated_by": "sglforge bundle",
         "toolchain": _toolchain(project),
         "upstreams": _pins(project),
         "patches": _patch_digests(project.patches_dir),
-        "wheels": [{"name": w.name, "version": w.version, "file": w.file.name,
-                    "sha256": w.sha256, "provenance": w.provenance.to_json()}
-                   for w in wheelset.wheels],
-        "runtime": [{"name": p.name, "version": p.version,
-                     "files": [{"file": f.name, "sha256": cached_sha256(f)}
-                               for f in runtime.get(p.name, [])]}
-                    for p in pins if p.name in runtime],
+        "wheels": [
+            {
+                "name": w.name,
+                "version": w.version,
+                "file": w.file.name,
+                "sha256": w.sha256,
+                "provenance": w.provenance.to_json(),
+            }
+            for w in wheelset.wheels
+        ],
+        "runtime": [
+            {
+                "name": p.name,
+                "version": p.version,
+                "files": [
+                    {"file": f.name, "sha256": cached_sha256(f)} for f in runtime.get(p.name, [])
+                ],
+            }
+            for p in pins
+            if p.name in runtime
+        ],
     }
 
 
 def render_requirements(pins: list[PinnedRequirement], ours: set[str], version: str) -> str:
-    lines = [f"# requirements.lock of sglforge stack {version}: GENERATED by `sglforge bundle`.",
-             "# Every file hash-pinned; install offline with ./install.sh (or pip install",
-             "# --require-hashes --no-index --find-links wheels -r requirements.lock).",
-             "# our wheels (sglforge-built):"]
+    lines = [
+        f"# requirements.lock of sglforge stack {version}: GENERATED by `sglforge bundle`.",
+        "# Every file hash-pinned; install offline with ./install.sh (or pip install",
+        "# --require-hashes --no-index --find-links wheels -r requirements.lock).",
+        "# our wheels (sglforge-built):",
+    ]
     lines += [p.text for p in pins if p.name in ours]
     third = [p.text for p in pins if p.name not in ours]
     if third:
@@ -274,16 +329,17 @@ def write_archive(target: Path, top: str, files: dict[str, Path | bytes], zstd: 
             try:
                 import zstandard
             except ImportError:
-                raise SglforgeError("--zstd needs the zstandard package",
-                                    hint="pip install zstandard, or leave --zstd off "
-                                         "(.tar.gz)") from None
+                raise SglforgeError(
+                    "--zstd needs the zstandard package",
+                    hint="pip install zstandard, or leave --zstd off (.tar.gz)",
+                ) from None
             stream = zstandard.ZstdCompressor(level=10).stream_writer(raw, closefd=False)
         else:
-            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                                   compresslevel=6)
+            stream = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6)
         with stream, tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             members: dict[str, Path | bytes | None] = {
-                str(Path(top, n).parent): None for n in files}  # directories
+                str(Path(top, n).parent): None for n in files
+            }  # directories
             members.update({f"{top}/{n}": content for n, content in files.items()})
             for name in sorted(members):
                 content = members[name]
@@ -299,9 +355,7 @@ def write_archive(target: Path, top: str, files: dict[str, Path | bytes], zstd: 
 
 
 def write_bundle(project, opts: BundleOptions) -> Path:
-    from sglforge.wheel.wheelset import load_wheelset
-
-    from sglforge.wheel.wheelset import refuse_local_only
+    from sglforge.wheel.wheelset import load_wheelset, refuse_local_only
 
     wheelset = load_wheelset(opts.wheels_dir, opts.lock)  # manifest, lock and files agree
     refuse_local_only(wheelset.wheels, "bundle")
@@ -320,8 +374,10 @@ def write_bundle(project, opts: BundleOptions) -> Path:
     version = opts.stack_version or default_stack_version(wheelset, requirements)
     for what, value in (("--name", opts.name), ("stack version", version)):
         if not _FILE_PART.fullmatch(value or ""):
-            raise SglforgeError(f"{what} {value!r} cannot be part of a file name (letters, "
-                                "digits and . _ + - only, not starting with . or -)")
+            raise SglforgeError(
+                f"{what} {value!r} cannot be part of a file name (letters, "
+                "digits and . _ + - only, not starting with . or -)"
+            )
     files["requirements.lock"] = render_requirements(pins, ours, version).encode()
     document = stack_document(project, opts.name, version, wheelset, runtime, pins)
     files[STACK_FILE] = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
@@ -329,8 +385,11 @@ def write_bundle(project, opts: BundleOptions) -> Path:
     sums = []
     for name in sorted(files):
         content = files[name]
-        digest = (hashlib.sha256(content).hexdigest() if isinstance(content, bytes)
-                  else cached_sha256(content))
+        digest = (
+            hashlib.sha256(content).hexdigest()
+            if isinstance(content, bytes)
+            else cached_sha256(content)
+        )
         sums.append(f"{digest}  {name}\n")
     files["SHA256SUMS"] = "".join(sums).encode()
     top = f"{opts.name}-{version}"

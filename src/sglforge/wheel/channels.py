@@ -64,27 +64,37 @@ def load_channels(path: Path, project_root: Path) -> dict[str, Channel]:
         if not _CHANNEL.fullmatch(name):
             problems.add(f"[{name}]: a channel name is lowercase letters, digits and '-'")
             continue
-        start = next((i for i, line in enumerate(text.splitlines(), 1)
-                      if re.match(r"^\s*\[\s*" + re.escape(name) + r"\s*\]", line)), 1)
+        start = next(
+            (
+                i
+                for i, line in enumerate(text.splitlines(), 1)
+                if re.match(r"^\s*\[\s*" + re.escape(name) + r"\s*\]", line)
+            ),
+            1,
+        )
         if not isinstance(table, dict):
             problems.add(f"{name}: expected a [{name}] table")
             continue
         r = TableReader(table, problems, f"[{name}]", lambda key, s=start: key_line(text, s, key))
         signers = r.str("allowed-signers")
         channel = Channel(
-            name=name, promote_from=r.str("from"),
+            name=name,
+            promote_from=r.str("from"),
             require_checks=tuple(r.str_list("require-checks") or []),
             require_signature=r.bool("require-signature", default=False),
             allowed_signers=project_root / signers if signers else None,
-            identity=r.str("identity") or "sglforge")
+            identity=r.str("identity") or "sglforge",
+        )
         if channel.require_signature and channel.allowed_signers is None:
-            r.error("require-signature", "needs allowed-signers = \"FILE\" to verify against")
+            r.error("require-signature", 'needs allowed-signers = "FILE" to verify against')
         r.finish()
         channels[name] = channel
     for channel in channels.values():
         if channel.promote_from is not None and channel.promote_from not in channels:
-            problems.add(f"[{channel.name}] from = {channel.promote_from!r}: no such channel "
-                         f"(known: {', '.join(sorted(channels))})")
+            problems.add(
+                f"[{channel.name}] from = {channel.promote_from!r}: no such channel "
+                f"(known: {', '.join(sorted(channels))})"
+            )
         if channel.promote_from == channel.name:
             problems.add(f"[{channel.name}] from = itself")
     if not channels:
@@ -95,8 +105,9 @@ def load_channels(path: Path, project_root: Path) -> dict[str, Channel]:
 
 def channel_named(channels: dict[str, Channel], name: str, path: Path) -> Channel:
     if name not in channels:
-        raise SglforgeError(f"no channel {name!r} in {path}",
-                            hint=f"known: {', '.join(sorted(channels))}")
+        raise SglforgeError(
+            f"no channel {name!r} in {path}", hint=f"known: {', '.join(sorted(channels))}"
+        )
     return channels[name]
 
 
@@ -105,9 +116,11 @@ def publish_dest(dest: str, channels: dict[str, Channel], name: str, path: Path)
     only through `promote`, with a receipt)."""
     channel = channel_named(channels, name, path)
     if channel.promote_from is not None:
-        raise SglforgeError(f"channel {name!r} is filled only by `sglforge promote --receipt R "
-                            f"--to {name}` (from {channel.promote_from!r}, {path}); publish "
-                            f"to {channel.promote_from!r} instead")
+        raise SglforgeError(
+            f"channel {name!r} is filled only by `sglforge promote --receipt R "
+            f"--to {name}` (from {channel.promote_from!r}, {path}); publish "
+            f"to {channel.promote_from!r} instead"
+        )
     return dest.rstrip("/") + "/" + name
 
 
@@ -121,31 +134,40 @@ class Promoted:
     signed: bool = False  # the receipt carried a signature (verified or not: signed_by)
 
 
-def judge_receipt(receipt, channel: Channel) -> list[str]:  # noqa: ANN001 - qualification.receipt
+def judge_receipt(receipt, channel: Channel) -> list[str]:
     """Why `receipt` may not enter `channel` (empty: it may)."""
     data = receipt.data
     problems = []
     if data.get("result") != "pass":
-        problems.append(f"the smoke run's result is {data.get('result')!r}, not 'pass'"
-                        + (f" ({data.get('failure')})" if data.get("failure") else ""))
+        problems.append(
+            f"the smoke run's result is {data.get('result')!r}, not 'pass'"
+            + (f" ({data.get('failure')})" if data.get("failure") else "")
+        )
     substituted = data.get("substituted") or {}
     if substituted:
-        problems.append("the qualified stack holds wheels built with substituted inputs ("
-                        + "; ".join(f"{name}: {', '.join(map(str, subs))}" for name, subs
-                                    in sorted(substituted.items())) + "): local use only")
+        problems.append(
+            "the qualified stack holds wheels built with substituted inputs ("
+            + "; ".join(
+                f"{name}: {', '.join(map(str, subs))}" for name, subs in sorted(substituted.items())
+            )
+            + "): local use only"
+        )
     failed = [c for c in data["checks"] if not c["passed"] and c.get("enforced", True)]
     problems += [f"check {c['name']!r} failed: {str(c.get('detail', ''))[:200]}" for c in failed]
     for name in channel.require_checks:
         check = receipt.check(name)
         if check is None:
-            problems.append(f"channel {channel.name!r} requires check {name!r}; the receipt "
-                            "has none")
+            problems.append(
+                f"channel {channel.name!r} requires check {name!r}; the receipt has none"
+            )
         elif not check["passed"]:
             if check.get("enforced", True):
                 continue  # already named above
-            problems.append(f"channel {channel.name!r} requires check {name!r} to pass; it "
-                            f"failed (not enforced by the profile): "
-                            f"{str(check.get('detail', ''))[:200]}")
+            problems.append(
+                f"channel {channel.name!r} requires check {name!r} to pass; it "
+                f"failed (not enforced by the profile): "
+                f"{str(check.get('detail', ''))[:200]}"
+            )
     return problems
 
 
@@ -161,19 +183,28 @@ def _local_only(wheel: Path) -> str | None:
         data = read_json(wheel)
     except SglforgeError:
         return None
-    return substitute_problem(data.get("substitutes") if isinstance(data, dict) else None,
-                              str(wheel))
+    return substitute_problem(
+        data.get("substitutes") if isinstance(data, dict) else None, str(wheel)
+    )
 
 
-def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel],
-            channels_path: Path, allowed_signers: Path | None = None) -> Promoted:
+def promote(
+    root: Path,
+    receipt_path: Path,
+    to: str,
+    channels: dict[str, Channel],
+    channels_path: Path,
+    allowed_signers: Path | None = None,
+) -> Promoted:
     from sglforge.base.fs import atomic_write_bytes, sha256_file
     from sglforge.qualification.receipt import load_receipt
 
     channel = channel_named(channels, to, channels_path)
     if channel.promote_from is None:
-        raise SglforgeError(f"channel {to!r} has no `from` in {channels_path}: it is written by "
-                            "`publish --channel`, not promoted into")
+        raise SglforgeError(
+            f"channel {to!r} has no `from` in {channels_path}: it is written by "
+            "`publish --channel`, not promoted into"
+        )
     receipt = load_receipt(receipt_path)  # read once: these bytes are verified and kept
     signed_by, warnings = _check_signature(receipt, channel, channels_path, allowed_signers)
     problems = judge_receipt(receipt, channel)
@@ -186,26 +217,37 @@ def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel
     for pin in receipt.pins:
         known = [f for f in index.existing_files(source, pin.name) if f.sha256 in pin.hashes]
         if not known:
-            missing.append(f"{pin.name}=={pin.version} (sha256 {pin.hashes[0]}): not in the "
-                           f"{channel.promote_from!r} index {source.root}")
+            missing.append(
+                f"{pin.name}=={pin.version} (sha256 {pin.hashes[0]}): not in the "
+                f"{channel.promote_from!r} index {source.root}"
+            )
             continue
         for f in known:
             path = source.root / index.FILES / f.filename
             if not path.is_file():
-                missing.append(f"{f.filename}: listed by {source.root}/simple but not in "
-                               f"{index.FILES}/")
+                missing.append(
+                    f"{f.filename}: listed by {source.root}/simple but not in {index.FILES}/"
+                )
                 continue
             digest = sha256_file(path)
             if digest != f.sha256:
-                missing.append(f"{path}: sha256 {digest}, the receipt and index say "
-                               f"{f.sha256}: the candidate file changed; not promoted")
+                missing.append(
+                    f"{path}: sha256 {digest}, the receipt and index say "
+                    f"{f.sha256}: the candidate file changed; not promoted"
+                )
                 continue
             if problem := _local_only(path):  # whatever the receipt says of it
                 missing.append(problem)
                 continue
-            files.append(index.IndexFile(filename=f.filename, project=f.project,
-                                         sha256=f.sha256, requires_python=f.requires_python,
-                                         source=path))
+            files.append(
+                index.IndexFile(
+                    filename=f.filename,
+                    project=f.project,
+                    sha256=f.sha256,
+                    requires_python=f.requires_python,
+                    source=path,
+                )
+            )
     if missing:
         raise ConfigErrors(f"{receipt_path}: not promoted to {to!r}", missing)
     raw = receipt.raw  # the bytes verified and judged, not the file as it is now
@@ -216,12 +258,19 @@ def promote(root: Path, receipt_path: Path, to: str, channels: dict[str, Channel
             atomic_write_bytes(copy, raw)
             if receipt.signature_bytes is not None:
                 atomic_write_bytes(copy.with_name(copy.name + ".sig"), receipt.signature_bytes)
-    return Promoted(channel=to, published=published, receipt_copy=copy, signed_by=signed_by,
-                    warnings=tuple(warnings), signed=receipt.signed)
+    return Promoted(
+        channel=to,
+        published=published,
+        receipt_copy=copy,
+        signed_by=signed_by,
+        warnings=tuple(warnings),
+        signed=receipt.signed,
+    )
 
 
-def _check_signature(receipt, channel: Channel, channels_path: Path,  # noqa: ANN001
-                     allowed_signers: Path | None) -> tuple[str | None, list[str]]:
+def _check_signature(
+    receipt, channel: Channel, channels_path: Path, allowed_signers: Path | None
+) -> tuple[str | None, list[str]]:
     """The verified signer (None: not verified) and the warnings to print."""
     from sglforge.qualification.receipt import check_allowed_signers, verify_signature
 
@@ -229,18 +278,33 @@ def _check_signature(receipt, channel: Channel, channels_path: Path,  # noqa: AN
     required = channel.require_signature or allowed_signers is not None
     if required:
         assert signers is not None  # load_channels: require-signature needs allowed-signers
-        where = ("--allowed-signers" if allowed_signers is not None else
-                 f"[{channel.name}] allowed-signers in {channels_path}")
-        check_allowed_signers(signers, f"channel {channel.name!r} requires a signed receipt; "
-                                       f"{where}")
-        why = (f"channel {channel.name!r} requires a signature ({channels_path})"
-               if channel.require_signature else "--allowed-signers requires a signature")
+        where = (
+            "--allowed-signers"
+            if allowed_signers is not None
+            else f"[{channel.name}] allowed-signers in {channels_path}"
+        )
+        check_allowed_signers(
+            signers, f"channel {channel.name!r} requires a signed receipt; {where}"
+        )
+        why = (
+            f"channel {channel.name!r} requires a signature ({channels_path})"
+            if channel.require_signature
+            else "--allowed-signers requires a signature"
+        )
         return verify_signature(receipt, signers, channel.identity, why), []
     if not receipt.signed:
-        return None, [f"{receipt.path} is unsigned: promoted to {channel.name!r} without any "
-                      f"signature, since {channels_path} does not set require-signature for "
-                      f"[{channel.name}]; nothing shows who made this receipt"]
+        return None, [
+            (
+                f"{receipt.path} is unsigned: promoted to {channel.name!r} without any "
+                f"signature, since {channels_path} does not set require-signature for "
+                f"[{channel.name}]; nothing shows who made this receipt"
+            )
+        ]
     if signers is not None and signers.exists():  # signed: a bad signature is still refused
         return verify_signature(receipt, signers, channel.identity), []
-    return None, [f"{receipt.path} is signed, but its signature was not verified (no "
-                  f"allowed-signers for [{channel.name}]); pass --allowed-signers FILE"]
+    return None, [
+        (
+            f"{receipt.path} is signed, but its signature was not verified (no "
+            f"allowed-signers for [{channel.name}]); pass --allowed-signers FILE"
+        )
+    ]

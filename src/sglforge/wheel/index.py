@@ -69,8 +69,7 @@ class Target(Protocol):
 
     def read(self, relpath: str) -> bytes: ...
 
-    def write_file(self, relpath: str, content: bytes | Path,
-                   sha256: str | None = None) -> None:
+    def write_file(self, relpath: str, content: bytes | Path, sha256: str | None = None) -> None:
         """Make `relpath` hold `content` atomically (a temporary name, then a rename): a
         reader sees the old file or the new one, never a part. With `sha256`, content with
         another digest is an error and nothing is written."""
@@ -111,8 +110,10 @@ class LocalTarget:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise SglforgeError(f"{self.root}: another publish into this index is "
-                                    "running; try again when it is done") from None
+                raise SglforgeError(
+                    f"{self.root}: another publish into this index is "
+                    "running; try again when it is done"
+                ) from None
             # Holding the lock, every atomic_output temporary in the index is a killed
             # publisher's (a whole wheel, hidden in what is served): remove them.
             remove_stale_temps(self.root, recursive=True)
@@ -128,8 +129,7 @@ class LocalTarget:
         with self._os_errors(path):
             return path.read_bytes()
 
-    def write_file(self, relpath: str, content: bytes | Path,
-                   sha256: str | None = None) -> None:
+    def write_file(self, relpath: str, content: bytes | Path, sha256: str | None = None) -> None:
         path = self._path(relpath)
         digest = hashlib.sha256()
         with self._os_errors(path), atomic_output(path) as out:
@@ -143,8 +143,10 @@ class LocalTarget:
                         out.write(chunk)
             if sha256 is not None and digest.hexdigest() != sha256:
                 name = content.name if isinstance(content, Path) else relpath
-                raise SglforgeError(f"{name}: sha256 is {digest.hexdigest()} while copying, "
-                                    f"expected {sha256} (the file changed); nothing written")
+                raise SglforgeError(
+                    f"{name}: sha256 is {digest.hexdigest()} while copying, "
+                    f"expected {sha256} (the file changed); nothing written"
+                )
 
 
 def open_target(dest: str) -> Target:
@@ -188,15 +190,19 @@ class RemoteTarget:
                 raise SglforgeError(f"{self.store.url_of(relpath)}: not found")
             return dest.read_bytes()
 
-    def write_file(self, relpath: str, content: bytes | Path,
-                   sha256: str | None = None) -> None:
+    def write_file(self, relpath: str, content: bytes | Path, sha256: str | None = None) -> None:
         if sha256 is not None:
-            digest = (hashlib.sha256(content).hexdigest() if isinstance(content, bytes)
-                      else _sha256_path(content))
+            digest = (
+                hashlib.sha256(content).hexdigest()
+                if isinstance(content, bytes)
+                else _sha256_path(content)
+            )
             if digest != sha256:
-                raise SglforgeError(f"{content if isinstance(content, Path) else relpath}: "
-                                    f"sha256 {digest} is not the expected {sha256}; not "
-                                    "published")
+                raise SglforgeError(
+                    f"{content if isinstance(content, Path) else relpath}: "
+                    f"sha256 {digest} is not the expected {sha256}; not "
+                    "published"
+                )
         self.store.put(relpath, content, overwrite=not relpath.startswith(f"{FILES}/"))
 
 
@@ -219,8 +225,11 @@ class IndexFile:
     source: Path | None = None  # the local wheel to copy (None: recorded in the index already)
 
     def link(self) -> dict:
-        entry = {"filename": self.filename, "url": f"../../{FILES}/{_quote(self.filename)}",
-                 "hashes": {"sha256": self.sha256}}
+        entry = {
+            "filename": self.filename,
+            "url": f"../../{FILES}/{_quote(self.filename)}",
+            "hashes": {"sha256": self.sha256},
+        }
         if self.requires_python:
             entry["requires-python"] = self.requires_python
         return entry
@@ -236,8 +245,10 @@ def check_filename(filename: str) -> tuple[str, str]:
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
     if not _FILENAME.fullmatch(filename) or ".." in filename:
-        raise SglforgeError(f"{filename!r}: not a wheel file name publish accepts "
-                            "([A-Za-z0-9._+!-] only, ending in .whl, no '..')")
+        raise SglforgeError(
+            f"{filename!r}: not a wheel file name publish accepts "
+            "([A-Za-z0-9._+!-] only, ending in .whl, no '..')"
+        )
     try:
         name, version, _, _ = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
@@ -262,23 +273,33 @@ def describe_wheel(path: Path, sha256: str) -> IndexFile:
     except InvalidVersion:
         same_version = False
     if metadata.name != project or not same_version:
-        raise SglforgeError(f"{path.name}: METADATA says {metadata.name!r} "
-                            f"{metadata.version!r}, the file name {project} {version}")
-    return IndexFile(filename=path.name, project=project, sha256=sha256,
-                     requires_python=metadata.requires_python, source=path)
+        raise SglforgeError(
+            f"{path.name}: METADATA says {metadata.name!r} "
+            f"{metadata.version!r}, the file name {project} {version}"
+        )
+    return IndexFile(
+        filename=path.name,
+        project=project,
+        sha256=sha256,
+        requires_python=metadata.requires_python,
+        source=path,
+    )
 
 
 # -- pages -----------------------------------------------------------------------------------
 
-_HEAD = ('<!DOCTYPE html>\n<html>\n  <head>\n'
-         f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n'
-         '    <title>{title}</title>\n  </head>\n  <body>\n    <h1>{title}</h1>\n')
+_HEAD = (
+    "<!DOCTYPE html>\n<html>\n  <head>\n"
+    f'    <meta name="pypi:repository-version" content="{API_VERSION}">\n'
+    "    <title>{title}</title>\n  </head>\n  <body>\n    <h1>{title}</h1>\n"
+)
 _TAIL = "  </body>\n</html>\n"
 
 
 def render_root_html(projects: list[str]) -> bytes:
-    links = "".join(f'    <a href="{_quote(p)}/">{html.escape(p)}</a><br>\n'
-                    for p in sorted(projects))
+    links = "".join(
+        f'    <a href="{_quote(p)}/">{html.escape(p)}</a><br>\n' for p in sorted(projects)
+    )
     return (_HEAD.format(title="Simple index") + links + _TAIL).encode()
 
 
@@ -298,28 +319,38 @@ def _json(document: dict) -> bytes:
 
 
 def render_root_json(projects: list[str]) -> bytes:
-    return _json({"meta": {"api-version": API_VERSION},
-                  "projects": [{"name": p} for p in sorted(projects)]})
+    return _json(
+        {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in sorted(projects)]}
+    )
 
 
 def render_project_json(project: str, files: list[IndexFile]) -> bytes:
-    return _json({"meta": {"api-version": API_VERSION}, "name": project,
-                  "files": [f.link() for f in sorted(files, key=lambda f: f.filename)]})
+    return _json(
+        {
+            "meta": {"api-version": API_VERSION},
+            "name": project,
+            "files": [f.link() for f in sorted(files, key=lambda f: f.filename)],
+        }
+    )
 
 
 # -- reading what is there -------------------------------------------------------------------
 
+
 def _load_json(target: Target, relpath: str, html_page: str) -> dict | None:
     if not target.exists(relpath):
         if target.exists(html_page):
-            raise SglforgeError(f"{target}/{html_page} exists without {relpath}: not an index "
-                                "sglforge publish wrote; publish into an empty directory")
+            raise SglforgeError(
+                f"{target}/{html_page} exists without {relpath}: not an index "
+                "sglforge publish wrote; publish into an empty directory"
+            )
         return None
     try:
         data = json.loads(target.read(relpath))
     except (ValueError, RecursionError) as exc:
-        raise SglforgeError(f"{target}/{relpath}: invalid JSON ({str(exc).split(';')[0]})") \
-            from None
+        raise SglforgeError(
+            f"{target}/{relpath}: invalid JSON ({str(exc).split(';')[0]})"
+        ) from None
     if not isinstance(data, dict):
         raise SglforgeError(f"{target}/{relpath}: expected a JSON object")
     return data
@@ -330,12 +361,16 @@ def existing_projects(target: Target) -> list[str]:
     if data is None:
         return []
     projects = data.get("projects")
-    names = [p.get("name") if isinstance(p, dict) else None for p in projects] \
-        if isinstance(projects, list) else [None]
+    names = (
+        [p.get("name") if isinstance(p, dict) else None for p in projects]
+        if isinstance(projects, list)
+        else [None]
+    )
     bad = [n for n in names if not isinstance(n, str) or not _PROJECT.fullmatch(n)]
     if bad:
-        raise SglforgeError(f"{target}/{SIMPLE}/index.json: 'projects' must list normalized "
-                            f"names; found {bad[0]!r}")
+        raise SglforgeError(
+            f"{target}/{SIMPLE}/index.json: 'projects' must list normalized names; found {bad[0]!r}"
+        )
     return names
 
 
@@ -349,27 +384,39 @@ def existing_files(target: Target, project: str) -> list[IndexFile]:
         raise SglforgeError(f"{target}/{where}: expected name {project!r} and a 'files' list")
     files = []
     for i, entry in enumerate(entries):
-        ok = isinstance(entry, dict) and isinstance(entry.get("filename"), str) \
-            and isinstance(entry.get("hashes"), dict) \
-            and _HEX64.fullmatch(str(entry["hashes"].get("sha256", ""))) \
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("filename"), str)
+            and isinstance(entry.get("hashes"), dict)
+            and _HEX64.fullmatch(str(entry["hashes"].get("sha256", "")))
             and isinstance(entry.get("requires-python", ""), str)
+        )
         if not ok:
-            raise SglforgeError(f"{target}/{where}: files[{i}] needs filename, hashes.sha256 "
-                                "(64 hex) and an optional requires-python string")
+            raise SglforgeError(
+                f"{target}/{where}: files[{i}] needs filename, hashes.sha256 "
+                "(64 hex) and an optional requires-python string"
+            )
         try:
             named = check_filename(entry["filename"])[0]
         except SglforgeError as exc:
             raise SglforgeError(f"{target}/{where}: files[{i}]: {exc}") from None
         if named != project:
-            raise SglforgeError(f"{target}/{where}: files[{i}] {entry['filename']} belongs to "
-                                f"{named}")
-        files.append(IndexFile(filename=entry["filename"], project=project,
-                               sha256=entry["hashes"]["sha256"],
-                               requires_python=entry.get("requires-python") or None))
+            raise SglforgeError(
+                f"{target}/{where}: files[{i}] {entry['filename']} belongs to {named}"
+            )
+        files.append(
+            IndexFile(
+                filename=entry["filename"],
+                project=project,
+                sha256=entry["hashes"]["sha256"],
+                requires_python=entry.get("requires-python") or None,
+            )
+        )
     return files
 
 
 # -- writing ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Published:
@@ -394,8 +441,9 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
     for f in sorted(files, key=lambda f: f.filename):
         other = given.setdefault(f.filename, f)
         if other.sha256 != f.sha256:
-            problems.append(f"{f.filename}: given twice with different sha256 "
-                            f"({other.sha256}, {f.sha256})")
+            problems.append(
+                f"{f.filename}: given twice with different sha256 ({other.sha256}, {f.sha256})"
+            )
     if problems:
         raise ConfigErrors("publish", problems)
     projects = sorted({f.project for f in given.values()})
@@ -417,8 +465,10 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
             else:
                 to_copy.append(f)
             continue
-        problems.append(f"{f.filename}: already published with other bytes ({theirs}; this "
-                        f"one has {f.sha256}): an index is append-only, publish a new version")
+        problems.append(
+            f"{f.filename}: already published with other bytes ({theirs}; this "
+            f"one has {f.sha256}): an index is append-only, publish a new version"
+        )
     if problems:
         raise ConfigErrors(f"{target}", problems)
     for f in to_copy:  # 1. files, each complete before anything links to it
@@ -431,8 +481,7 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
             result.pages.append(relpath)
 
     for project in projects:  # 2. project pages (JSON record, then the page pip reads)
-        merged = {**recorded[project], **{n: f for n, f in given.items()
-                                          if f.project == project}}
+        merged = {**recorded[project], **{n: f for n, f in given.items() if f.project == project}}
         entries = list(merged.values())
         put(f"{SIMPLE}/{project}/index.json", render_project_json(project, entries))
         put(f"{SIMPLE}/{project}/index.html", render_project_html(project, entries))
@@ -443,14 +492,15 @@ def write_index(target: Target, files: list[IndexFile]) -> Published:
     return result
 
 
-def stack_files(wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...],
-                runtime: bool = True) -> tuple[list[IndexFile], int]:
+def stack_files(
+    wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...], runtime: bool = True
+) -> tuple[list[IndexFile], int]:
     """The files of the stack `bundle` ships, as IndexFiles: our wheels (wheels/, checked
     against manifest.json and the lock, sha256 included) and, with `runtime`, every
     wheelhouse file whose sha256 a third-party pin of the lock allows (a pin without one is
     an error naming it). Returns (files, third-party pins left out)."""
-    from sglforge.wheel.wheelset import load_wheelset, refuse_local_only
     from sglforge.wheel.bundle import cached_sha256, find_runtime_wheels
+    from sglforge.wheel.wheelset import load_wheelset, refuse_local_only
 
     wheelset = load_wheelset(wheels_dir, lock)
     refuse_local_only(wheelset.wheels, "publish")
@@ -459,6 +509,7 @@ def stack_files(wheels_dir: Path, lock: Path, wheelhouses: tuple[Path, ...],
     if not runtime or not third:
         return files, len(third)
     found = find_runtime_wheels(third, wheelhouses, what="publish")
-    files += [describe_wheel(path, cached_sha256(path))
-              for pin in third for path in found[pin.name]]
+    files += [
+        describe_wheel(path, cached_sha256(path)) for pin in third for path in found[pin.name]
+    ]
     return files, 0

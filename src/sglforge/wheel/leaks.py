@@ -31,7 +31,7 @@ class Leak:
 
 
 def member_kind(data: bytes) -> str | None:
-    """"ELF", "text" (no NUL in the first 8 KiB, valid UTF-8) or None (other binary)."""
+    """ "ELF", "text" (no NUL in the first 8 KiB, valid UTF-8) or None (other binary)."""
     if data.startswith(ELF_MAGIC):
         return "ELF"
     if b"\0" in data[:TEXT_PROBE]:
@@ -67,26 +67,32 @@ def scan_wheel(wheel: Path, needles: list[str]) -> list[Leak]:
             for needle, raw in encoded:
                 count = data.count(raw)
                 if count:
-                    leaks.append(Leak(info.filename, kind, needle, count,
-                                      _sample(data, data.find(raw), raw)))
+                    leaks.append(
+                        Leak(info.filename, kind, needle, count, _sample(data, data.find(raw), raw))
+                    )
     return leaks
 
 
 def render(wheel: Path, leaks: list[Leak]) -> str:
     members = sorted({leak.member for leak in leaks})
-    head = (f"{wheel.name}: {len(members)} member(s) contain build-machine paths "
-            "(the wheel's bytes would depend on where sglforge ran):")
+    head = (
+        f"{wheel.name}: {len(members)} member(s) contain build-machine paths "
+        "(the wheel's bytes would depend on where sglforge ran):"
+    )
     lines = [head]
     for leak in leaks:
-        lines.append(f"  {leak.member} ({leak.kind}): {leak.count}x {leak.needle}"
-                     f"  e.g. {leak.sample!r}")
+        lines.append(
+            f"  {leak.member} ({leak.kind}): {leak.count}x {leak.needle}  e.g. {leak.sample!r}"
+        )
     return "\n".join(lines)
 
 
 def check_wheel(wheel: Path, needles: list[str]) -> None:
     leaks = scan_wheel(wheel, needles)
     if leaks:
-        raise SglforgeError(render(wheel, leaks),
-                            hint="a compiler invocation missed the prefix maps "
-                                 "(builder/prefixmap.py), or a build script writes absolute "
-                                 "paths into a package file: patch it or exclude the member")
+        raise SglforgeError(
+            render(wheel, leaks),
+            hint="a compiler invocation missed the prefix maps "
+            "(builder/prefixmap.py), or a build script writes absolute "
+            "paths into a package file: patch it or exclude the member",
+        )

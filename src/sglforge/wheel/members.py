@@ -44,8 +44,9 @@ def member_kind(name: str) -> str:
     return "source"
 
 
-def read_member(archive: zipfile.ZipFile, name: str, wheel: Path | str,
-                kind: str | None = None) -> bytes:
+def read_member(
+    archive: zipfile.ZipFile, name: str, wheel: Path | str, kind: str | None = None
+) -> bytes:
     """Member `name` of `archive` (the wheel file `wheel`, for messages), at most the cap of
     its kind; a larger, missing or undecodable member is an error naming the wheel and it."""
     kind = kind or member_kind(name)
@@ -55,17 +56,29 @@ def read_member(archive: zipfile.ZipFile, name: str, wheel: Path | str,
     except KeyError:
         raise SglforgeError(f"{wheel}: has no member {name}") from None
     if info.file_size > cap:
-        raise MemberTooLarge(f"{wheel}: member {name} declares {info.file_size} bytes, more "
-                             f"than the {_size(cap)} a {kind} may have (not read)")
+        raise MemberTooLarge(
+            f"{wheel}: member {name} declares {info.file_size} bytes, more "
+            f"than the {_size(cap)} a {kind} may have (not read)"
+        )
     try:
         with archive.open(info) as handle:
             data = handle.read(cap + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
-            ValueError, OSError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        NotImplementedError,
+        RuntimeError,
+        ValueError,
+        OSError,
+    ) as exc:
         # RuntimeError: encrypted; NotImplementedError: unknown compression; BadZipFile: CRC
-        raise SglforgeError(f"{wheel}: member {name} is unreadable "
-                            f"({type(exc).__name__}: {exc})") from None
+        raise SglforgeError(
+            f"{wheel}: member {name} is unreadable ({type(exc).__name__}: {exc})"
+        ) from None
     if len(data) > cap:  # the declared size lied
-        raise MemberTooLarge(f"{wheel}: member {name} is larger than the {_size(cap)} a "
-                             f"{kind} may have (its declared size {info.file_size} is wrong)")
+        raise MemberTooLarge(
+            f"{wheel}: member {name} is larger than the {_size(cap)} a "
+            f"{kind} may have (its declared size {info.file_size} is wrong)"
+        )
     return data

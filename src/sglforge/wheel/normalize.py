@@ -38,8 +38,19 @@ ZIP_EPOCH_MIN = 315532800  # 1980-01-01
 # Build litter upstream build scripts leave in package directories (ninja / CMake trees, object
 # files). A pattern ending in "/" names a directory (any path component); one without "/"
 # matches a file's base name; one with an inner "/" matches the whole member path.
-DEFAULT_EXCLUDE = (".ninja_log", ".ninja_deps", ".ninja_lock", "build.ninja", "*.o", "*.o.d",
-                   "*.obj", "CMakeCache.txt", "cmake_install.cmake", "CMakeFiles/", "*_build/")
+DEFAULT_EXCLUDE = (
+    ".ninja_log",
+    ".ninja_deps",
+    ".ninja_lock",
+    "build.ninja",
+    "*.o",
+    "*.o.d",
+    "*.obj",
+    "CMakeCache.txt",
+    "cmake_install.cmake",
+    "CMakeFiles/",
+    "*_build/",
+)
 # ELF e_machine -> the platform tag's machine part (linux_<machine>)
 ELF_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i686", 21: "ppc64le"}
 
@@ -67,8 +78,9 @@ def parse_headers(data: bytes) -> Message:
 def serialize_headers(message: Message) -> bytes:
     """Write headers back unchanged (no refolding, no "From " mangling), then the body."""
     out = io.BytesIO()
-    BytesGenerator(out, mangle_from_=False, maxheaderlen=0,
-                   policy=compat32.clone(linesep="\n")).flatten(message)
+    BytesGenerator(
+        out, mangle_from_=False, maxheaderlen=0, policy=compat32.clone(linesep="\n")
+    ).flatten(message)
     return out.getvalue()
 
 
@@ -81,8 +93,7 @@ def edit_headers(data: bytes, edit: Callable[[Message], None]) -> bytes:
 def read_info(members: dict[str, bytes]) -> WheelInfo:
     path, data = _metadata(members)
     message = parse_headers(data)
-    return WheelInfo(name=message["Name"], version=message["Version"],
-                     dist_info=path.split("/")[0])
+    return WheelInfo(name=message["Name"], version=message["Version"], dist_info=path.split("/")[0])
 
 
 def read_wheel(path: Path) -> tuple[dict[str, bytes], dict[str, int]]:
@@ -103,12 +114,13 @@ TORCH_REQUIREMENT = re.compile(r"\s*torch\s*(?![-_.\w])")
 
 def pin_torch(metadata: bytes, torch_version: str) -> bytes:
     """Replace any `Requires-Dist: torch…` with `torch==<exact>` (the ABI the wheel links)."""
+
     def edit(message: Message) -> None:
-        kept = [r for r in message.get_all("Requires-Dist") or []
-                if not TORCH_REQUIREMENT.match(r)]
+        kept = [r for r in message.get_all("Requires-Dist") or [] if not TORCH_REQUIREMENT.match(r)]
         del message["Requires-Dist"]
         for requirement in [*kept, f"torch=={torch_version}"]:
             message["Requires-Dist"] = requirement
+
     return edit_headers(metadata, edit)
 
 
@@ -117,6 +129,7 @@ def set_version(metadata: bytes, version: str) -> bytes:
         if message["Version"] is None:
             raise SglforgeError("METADATA has no Version header")
         message.replace_header("Version", version)
+
     return edit_headers(metadata, edit)
 
 
@@ -140,8 +153,9 @@ def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
 
 def drop_litter(members: dict[str, bytes], patterns: tuple[str, ...]) -> list[str]:
     """Remove (in place) members matching `patterns`, never from .dist-info; sorted names."""
-    removed = sorted(n for n in members if not n.split("/")[0].endswith(".dist-info")
-                     and _excluded(n, patterns))
+    removed = sorted(
+        n for n in members if not n.split("/")[0].endswith(".dist-info") and _excluded(n, patterns)
+    )
     for name in removed:
         del members[name]
     return removed
@@ -180,8 +194,11 @@ def platform_tag(members: dict[str, bytes], dist_info: str) -> list[str] | None:
     """A wheel holding an ELF is platform-specific: `Root-Is-Purelib: false` and every `-any`
     tag becomes `-linux_<machine>` (tags that already name a platform are kept). Edits WHEEL
     in place; returns the new tags, or None when the wheel holds no ELF."""
-    machines = set(elf_members({n: d for n, d in members.items()
-                                if not n.split("/")[0].endswith(".dist-info")}).values())
+    machines = set(
+        elf_members(
+            {n: d for n, d in members.items() if not n.split("/")[0].endswith(".dist-info")}
+        ).values()
+    )
     if not machines:
         return None
     if len(machines) != 1:
@@ -203,14 +220,17 @@ def platform_tag(members: dict[str, bytes], dist_info: str) -> list[str] | None:
             message["Root-Is-Purelib"] = "false"
         else:
             message.replace_header("Root-Is-Purelib", "false")
+
     members[path] = edit_headers(members[path], edit)
     return tags
 
 
 def compressed_tags(tags: list[str]) -> str:
     """PEP 425 compressed tag set for a file name (`py3-none-linux_x86_64`)."""
-    parts = [sorted({t.split("-")[i] for t in tags}, key=[t.split("-")[i] for t in tags].index)
-             for i in range(3)]
+    parts = [
+        sorted({t.split("-")[i] for t in tags}, key=[t.split("-")[i] for t in tags].index)
+        for i in range(3)
+    ]
     return "-".join(".".join(p) for p in parts)
 
 
@@ -219,11 +239,15 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def write_normalized(members: dict[str, bytes], modes: dict[str, int], dist_info: str,
-                     out: Path, epoch: int) -> None:
+def write_normalized(
+    members: dict[str, bytes], modes: dict[str, int], dist_info: str, out: Path, epoch: int
+) -> None:
     record_name = f"{dist_info}/RECORD"
-    files = {n: d for n, d in members.items() if n != record_name
-             and not n.endswith((".dist-info/RECORD.jws", ".dist-info/RECORD.p7s"))}
+    files = {
+        n: d
+        for n, d in members.items()
+        if n != record_name and not n.endswith((".dist-info/RECORD.jws", ".dist-info/RECORD.p7s"))
+    }
     body = sorted(n for n in files if not n.startswith(dist_info + "/"))
     meta = sorted(n for n in files if n.startswith(dist_info + "/"))
     record = io.StringIO()
@@ -238,7 +262,7 @@ def write_normalized(members: dict[str, bytes], modes: dict[str, int], dist_info
             data = files[name] if name != record_name else record.getvalue().encode()
             info = zipfile.ZipInfo(name, date_time=stamp)
             executable = modes.get(name, 0) & 0o111
-            info.external_attr = ((0o100755 if executable else 0o100644) << 16)
+            info.external_attr = (0o100755 if executable else 0o100644) << 16
             info.create_system = 3
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data, compresslevel=6)
@@ -252,16 +276,20 @@ def wheel_filename(original: str, info: WheelInfo, tags: list[str] | None = None
     return f"{name}-{info.version}-{tag_part}.whl"
 
 
-def relabel(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, version: str
-            ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
+def relabel(
+    members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, version: str
+) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
     """Give the wheel the version `version`: METADATA and the .dist-info/.data directory names."""
     stem = info.dist_info[: -len(".dist-info")]
     new_stem = f"{stem.rsplit('-', 1)[0]}-{version}"
     renamed, new_modes = {}, {}
     for name, data in members.items():
         top, sep, rest = name.partition("/")
-        new = new_stem + top[len(stem):] + "/" + rest if sep and top in (
-            f"{stem}.dist-info", f"{stem}.data") else name
+        new = (
+            new_stem + top[len(stem) :] + "/" + rest
+            if sep and top in (f"{stem}.dist-info", f"{stem}.data")
+            else name
+        )
         renamed[new] = data
         new_modes[new] = modes.get(name, 0)
     meta_path, data = _metadata(renamed)
@@ -269,12 +297,15 @@ def relabel(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, v
     return renamed, new_modes, WheelInfo(info.name, version, f"{new_stem}.dist-info")
 
 
-def retag(members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
-          ) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
+def retag(
+    members: dict[str, bytes], modes: dict[str, int], info: WheelInfo, local: str
+) -> tuple[dict[str, bytes], dict[str, int], WheelInfo]:
     """Append `+local` to the version: METADATA, the .dist-info/.data directory names."""
     if "+" in info.version:
-        raise SglforgeError(f"{info.name} {info.version} already has a local label; set the "
-                            "upstream's version variable instead of version-label = 'retag'")
+        raise SglforgeError(
+            f"{info.name} {info.version} already has a local label; set the "
+            "upstream's version variable instead of version-label = 'retag'"
+        )
     return relabel(members, modes, info, f"{info.version}+{local}")
 
 
@@ -292,11 +323,20 @@ def dev_version(version: str) -> str:
     return with_local_segment(version, DEV_LABEL)
 
 
-def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
-                expected_local: str | None, torch_version: str | None,
-                provenance: Provenance, epoch: int, retag_local: str | None = None,
-                exclude: tuple[str, ...] = DEFAULT_EXCLUDE, dev: bool = False,
-                substituted: str | None = None) -> tuple[Path, WheelInfo]:
+def postprocess(
+    built: Path,
+    out_dir: Path,
+    *,
+    expected_version: str | None,
+    expected_local: str | None,
+    torch_version: str | None,
+    provenance: Provenance,
+    epoch: int,
+    retag_local: str | None = None,
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
+    dev: bool = False,
+    substituted: str | None = None,
+) -> tuple[Path, WheelInfo]:
     """Write the normalized, stamped wheel into `out_dir`; return its path and metadata.
 
     `dev`: a `build --dev` wheel, checked like a release build and then relabelled
@@ -313,23 +353,27 @@ def postprocess(built: Path, out_dir: Path, *, expected_version: str | None,
     if expected_version is not None and info.version != expected_version:
         raise SglforgeError(
             f"{built.name}: built version {info.version}, expected {expected_version}",
-            hint="the recipe's env must set the upstream's own version variable to {version}")
+            hint="the recipe's env must set the upstream's own version variable to {version}",
+        )
     if expected_local is not None and not info.version.endswith(f"+{expected_local}"):
         raise SglforgeError(
             f"{built.name}: built version {info.version} lacks the local label +{expected_local}",
-            hint="the recipe's env must pass {local} to the upstream's version variable")
+            hint="the recipe's env must pass {local} to the upstream's version variable",
+        )
     if torch_version is not None:
         meta_path, data = _metadata(members)
         members[meta_path] = pin_torch(data, torch_version)
     if substituted is not None:
-        members, modes, info = relabel(members, modes, info,
-                                       with_local_segment(info.version, substituted))
+        members, modes, info = relabel(
+            members, modes, info, with_local_segment(info.version, substituted)
+        )
     if dev:
         members, modes, info = relabel(members, modes, info, dev_version(info.version))
         provenance = dataclasses.replace(provenance, dev=True)
     tags = platform_tag(members, info.dist_info)
-    stamped = dataclasses.replace(provenance, version=info.version,
-                                  removed=tuple(removed) if removed else provenance.removed)
+    stamped = dataclasses.replace(
+        provenance, version=info.version, removed=tuple(removed) if removed else provenance.removed
+    )
     stamped.write(members, info.dist_info)
     out = out_dir / wheel_filename(built.name, info, tags)
     write_normalized(members, modes, info.dist_info, out, epoch)

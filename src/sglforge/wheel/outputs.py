@@ -65,18 +65,30 @@ def entry_problem(file: str | None, name: str, version: str, sha256: str) -> str
 
 
 def _check_entries(entries: list[dict], where: str, *, files: bool = True) -> None:
-    problems = [f"{e.get('file', e.get('name'))!r}: {problem}" for e in entries
-                if (problem := entry_problem(e["file"] if files else None, e["name"],
-                                             e["version"], e["sha256"]))]
+    problems = [
+        f"{e.get('file', e.get('name'))!r}: {problem}"
+        for e in entries
+        if (
+            problem := entry_problem(
+                e["file"] if files else None, e["name"], e["version"], e["sha256"]
+            )
+        )
+    ]
     if problems:
-        raise SglforgeError(f"{where}: refusing to write wheels/ and wheels.lock:\n  "
-                            + "\n  ".join(problems))
+        raise SglforgeError(
+            f"{where}: refusing to write wheels/ and wheels.lock:\n  " + "\n  ".join(problems)
+        )
 
 
-def _entry(wheel) -> dict:  # noqa: ANN001 - build.BuiltWheel (avoid an import cycle)
-    return {"file": wheel.path.name, "sha256": wheel.sha256, "name": wheel.name,
-            "version": wheel.version, "recipe": wheel.recipe,
-            "provenance": wheel.provenance.to_json()}
+def _entry(wheel) -> dict:
+    return {
+        "file": wheel.path.name,
+        "sha256": wheel.sha256,
+        "name": wheel.name,
+        "version": wheel.version,
+        "recipe": wheel.recipe,
+        "provenance": wheel.provenance.to_json(),
+    }
 
 
 def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
@@ -85,13 +97,17 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
     manifest_path = out_dir / MANIFEST
     old = load_manifest(manifest_path)
     new_names = {canonical_name(w.name) for w in wheels}
-    kept = [e for e in old if canonical_name(e["name"]) not in new_names
-            and (out_dir / e["file"]).is_file()]
+    kept = [
+        e
+        for e in old
+        if canonical_name(e["name"]) not in new_names and (out_dir / e["file"]).is_file()
+    ]
     entries = sorted(kept + [_entry(w) for w in wheels], key=lambda e: canonical_name(e["name"]))
     _check_entries(entries, str(manifest_path))  # before a file in out_dir changes
     for entry in old:
         if canonical_name(entry["name"]) in new_names and entry["file"] not in {
-                w.path.name for w in wheels}:
+            w.path.name for w in wheels
+        }:
             stale = out_dir / entry["file"]
             if stale.is_file():
                 os.unlink(stale)
@@ -100,13 +116,18 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
         dest = out_dir / wheel.path.name
         # Already there (a no-op build): the manifest recorded this file with this sha256 and
         # the size agrees; it is not read or copied again. `nox -s smoke` hashes every file.
-        if recorded.get(dest.name) == wheel.sha256 and dest.is_file() \
-                and dest.stat().st_size == wheel.path.stat().st_size:
+        if (
+            recorded.get(dest.name) == wheel.sha256
+            and dest.is_file()
+            and dest.stat().st_size == wheel.path.stat().st_size
+        ):
             continue
         atomic_write_bytes(dest, wheel.path.read_bytes())
-    manifest = {"format": MANIFEST_FORMAT,
-                "generated_by": "sglforge build (nox -s build); do not edit",
-                "wheels": entries}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "generated_by": "sglforge build (nox -s build); do not edit",
+        "wheels": entries,
+    }
     write_if_changed(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return entries
 
@@ -122,16 +143,20 @@ def load_manifest(path: Path) -> list[dict]:
         raise SglforgeError(f"{path}: invalid JSON: {str(exc).split(';')[0]}", hint=hint) from None
     entries = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise SglforgeError(f"{path}: expected {{\"wheels\": [...]}}", hint=hint)
-    problems = [f"wheels[{i}]: needs string keys file, sha256, name, version (and recipe)"
-                for i, e in enumerate(entries)
-                if not isinstance(e, dict)
-                or not all(isinstance(e.get(k), str) for k in ("file", "sha256", "name", "version"))
-                or not isinstance(e.get("recipe", ""), str)]
+        raise SglforgeError(f'{path}: expected {{"wheels": [...]}}', hint=hint)
+    problems = [
+        f"wheels[{i}]: needs string keys file, sha256, name, version (and recipe)"
+        for i, e in enumerate(entries)
+        if not isinstance(e, dict)
+        or not all(isinstance(e.get(k), str) for k in ("file", "sha256", "name", "version"))
+        or not isinstance(e.get("recipe", ""), str)
+    ]
     # The build unlinks stale files named here: a path must not reach outside wheels/.
-    problems += [f"wheels[{i}]: file {e['file']!r} must be a file name, no directories"
-                 for i, e in enumerate(entries) if not problems
-                 and (e["file"] in ("", ".", "..") or "/" in e["file"] or "\0" in e["file"])]
+    problems += [
+        f"wheels[{i}]: file {e['file']!r} must be a file name, no directories"
+        for i, e in enumerate(entries)
+        if not problems and (e["file"] in ("", ".", "..") or "/" in e["file"] or "\0" in e["file"])
+    ]
     if problems:
         raise ConfigErrors(path, problems)
     return list(entries)
@@ -143,8 +168,11 @@ def read_runtime_lock(path: Path, our_names: set[str]) -> list[str]:
     if not path.exists():
         return []
     pins, problems = parse_pinned(read_input_text(path))
-    problems += [f"line {pin.line}: {pin.name} is built by sglforge (recipes/); remove it here"
-                 for pin in pins if pin.name in our_names]
+    problems += [
+        f"line {pin.line}: {pin.name} is built by sglforge (recipes/); remove it here"
+        for pin in pins
+        if pin.name in our_names
+    ]
     if problems:
         raise ConfigErrors(path, problems)
     return [pin.text for pin in pins]
@@ -162,8 +190,9 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
     ]
     _check_entries(entries, "lockfiles/wheels.lock", files=False)  # lines: checked here too
     for entry in entries:
-        lines.append(f"{canonical_name(entry['name'])}=={entry['version']} "
-                     f"--hash=sha256:{entry['sha256']}")
+        lines.append(
+            f"{canonical_name(entry['name'])}=={entry['version']} --hash=sha256:{entry['sha256']}"
+        )
     bad = [line for line in runtime if re.search(r"[\x00-\x1f\x7f]", line)]
     if bad:
         raise SglforgeError(f"runtime.lock: a requirement has a control character: {bad[0]!r}")
@@ -175,10 +204,11 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
 
 def publish(project: Project, wheels: list, toolchain: Toolchain) -> list[dict]:
     # Checked before anything is written: a bad runtime.lock must not leave wheels/ half-new.
-    runtime = read_runtime_lock(project.runtime_lock,
-                                {canonical_name(e["name"]) for e in load_manifest(
-                                    project.wheels_dir / MANIFEST)} | {canonical_name(w.name)
-                                                                       for w in wheels})
+    runtime = read_runtime_lock(
+        project.runtime_lock,
+        {canonical_name(e["name"]) for e in load_manifest(project.wheels_dir / MANIFEST)}
+        | {canonical_name(w.name) for w in wheels},
+    )
     entries = write_wheels(project.wheels_dir, wheels)
     write_if_changed(project.wheels_lock, render_lock(entries, toolchain, runtime))
     return entries

@@ -26,9 +26,21 @@ from sglforge.wheel.members import read_member
 PROVENANCE_FILE = "sglforge-build.json"
 FORMAT = 1
 REQUIRED = ("upstream", "commit", "version", "cuda_archs", "requires_torch", "toolchain")
-_OPTIONAL_STR = ("generated_by", "wheel", "url", "subdir", "series_sha256", "recipe_sha256",
-                 "build_root", "content_key", "tree", "sha256", "sdist", "target",
-                 "unsandboxed")
+_OPTIONAL_STR = (
+    "generated_by",
+    "wheel",
+    "url",
+    "subdir",
+    "series_sha256",
+    "recipe_sha256",
+    "build_root",
+    "content_key",
+    "tree",
+    "sha256",
+    "sdist",
+    "target",
+    "unsandboxed",
+)
 _OPTIONAL_INT = ("format", "source_date_epoch")
 _OPTIONAL_OBJECT_LISTS = ("sources", "patches", "embeds", "substitutes")
 _OPTIONAL_BOOL = ("dev",)
@@ -97,24 +109,32 @@ class Provenance:
     def from_json(cls, data: Any, where: str) -> Provenance:
         """Validate a parsed sglforge-build.json; `where` names the wheel or file in errors."""
         if not isinstance(data, dict):
-            raise SglforgeError(f"{where}: {PROVENANCE_FILE} must be a JSON object, got "
-                                f"{type(data).__name__}")
+            raise SglforgeError(
+                f"{where}: {PROVENANCE_FILE} must be a JSON object, got {type(data).__name__}"
+            )
         missing = [k for k in REQUIRED if k not in data]
         if missing:
-            raise SglforgeError(f"{where}: provenance lacks {', '.join(missing)}",
-                                hint="not written by `sglforge build`; rebuild the wheel")
+            raise SglforgeError(
+                f"{where}: provenance lacks {', '.join(missing)}",
+                hint="not written by `sglforge build`; rebuild the wheel",
+            )
 
         def bad(key: str, what: str) -> SglforgeError:
-            return SglforgeError(f"{where}: provenance key '{key}' must be {what}, got "
-                                 f"{json.dumps(data[key])[:80]}")
+            return SglforgeError(
+                f"{where}: provenance key '{key}' must be {what}, got {json.dumps(data[key])[:80]}"
+            )
 
         for key in ("upstream", "commit", "version", *_OPTIONAL_STR):
-            if key in data and not isinstance(data[key], str) and (
-                    key in REQUIRED or data[key] is not None):
+            if (
+                key in data
+                and not isinstance(data[key], str)
+                and (key in REQUIRED or data[key] is not None)
+            ):
                 raise bad(key, "a string")
         for key in _OPTIONAL_INT:
-            if data.get(key) is not None and (not isinstance(data[key], int)
-                                              or isinstance(data[key], bool)):
+            if data.get(key) is not None and (
+                not isinstance(data[key], int) or isinstance(data[key], bool)
+            ):
                 raise bad(key, "an integer")
         for key in _OPTIONAL_BOOL:
             if data.get(key) is not None and not isinstance(data[key], bool):
@@ -129,7 +149,8 @@ class Provenance:
                 raise bad(key, "an object of strings (or nulls)")
         for key in _OPTIONAL_OBJECT_LISTS:
             if data.get(key) is not None and not (
-                    isinstance(data[key], list) and all(isinstance(v, dict) for v in data[key])):
+                isinstance(data[key], list) and all(isinstance(v, dict) for v in data[key])
+            ):
                 raise bad(key, "a list of objects")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         values = {k: data.get(k) for k in known}
@@ -152,11 +173,16 @@ class Provenance:
 
 def dev_build_problem(provenance: Provenance | dict, where: str) -> str | None:
     """Why a wheel may not be treated as a release build (verify, the smoke), or None."""
-    dev = provenance.dev if isinstance(provenance, Provenance) else (
-        provenance.get("dev") if isinstance(provenance, dict) else None)
+    dev = (
+        provenance.dev
+        if isinstance(provenance, Provenance)
+        else (provenance.get("dev") if isinstance(provenance, dict) else None)
+    )
     if dev is True:
-        return (f"{where} is a dev build (`sglforge build --dev`: incremental, not "
-                "reproducible); rebuild it without --dev")
+        return (
+            f"{where} is a dev build (`sglforge build --dev`: incremental, not "
+            "reproducible); rebuild it without --dev"
+        )
     return None
 
 
@@ -165,20 +191,24 @@ def _str_list(value: Any) -> bool:
 
 
 def _str_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, str) or v is None
-                                           for v in value.values())
+    return isinstance(value, dict) and all(isinstance(v, str) or v is None for v in value.values())
 
 
 def read_json(wheel: Path) -> Any:
     """The parsed sglforge-build.json of a wheel file, not yet validated."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            names = [n for n in archive.namelist()
-                     if n.count("/") == 1 and n.endswith(f".dist-info/{PROVENANCE_FILE}")]
+            names = [
+                n
+                for n in archive.namelist()
+                if n.count("/") == 1 and n.endswith(f".dist-info/{PROVENANCE_FILE}")
+            ]
             if not names:
-                raise SglforgeError(f"{wheel}: no <name>-<version>.dist-info/{PROVENANCE_FILE}; "
-                                    "not a wheel built by sglforge",
-                                    hint="rebuild it with `nox -s build`")
+                raise SglforgeError(
+                    f"{wheel}: no <name>-<version>.dist-info/{PROVENANCE_FILE}; "
+                    "not a wheel built by sglforge",
+                    hint="rebuild it with `nox -s build`",
+                )
             text = read_member(archive, names[0], wheel, PROVENANCE_FILE)
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
         raise SglforgeError(f"{wheel}: not a valid wheel ({exc})") from None
