@@ -97,7 +97,7 @@ class ProtocolError(Exception):
 
 class CacheProxy:
     """A Unix socket served by a thread per connection, from `start()` to `close()` (around
-    one compile). `owner`: the uid that may connect (the build user), None: this process's.
+    one compile). `owner`: the uid that may connect, None: this process's (the sandboxed build runs as it).
     `max_clients`, `first_command_timeout`, `idle_timeout`: the limits of the module's doc
     (the first command's timeout is at most the idle one)."""
 
@@ -142,7 +142,7 @@ class CacheProxy:
 
     def start(self) -> None:
         server = _Server(str(self.path), self._handler, self)
-        if self.owner is not None:  # only the build user (and root) may connect
+        if self.owner is not None:  # only that uid (and root) may connect
             os.chown(self.dir, self.owner, -1)
             os.chown(self.path, self.owner, -1)
         os.chmod(self.dir, 0o700)

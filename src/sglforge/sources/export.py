@@ -151,8 +151,8 @@ def export_source(
             if layout is not None:
                 hoist(staged, layout)
                 imported = commit_archive_tree(staged, pin, layout.newest)
-        # the staging directory is mkdtemp's 0700: a build running as the unprivileged build
-        # user (builder/builduser.py) must still read an exported input it does not own
+        # the staging directory is mkdtemp's 0700: an exported input stays readable to a build
+        # whose user namespace maps another uid (builder/sandbox.py, as another user)
         staged.chmod(0o755)
         replace_dir(staged, dest)
     return ExportedTree(

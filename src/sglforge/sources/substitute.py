@@ -113,7 +113,7 @@ def place_substitute(sub: Substitute, dest: Path, expected_tree: str | None = No
                 f"{sub.origin}: {sub.path} changed during the build (tree "
                 f"{expected_tree} when the build key was computed, now {tree})"
             )
-        staged.chmod(0o755)  # readable by the build user, whatever the directory's mode
+        staged.chmod(0o755)  # readable by the build, whatever the directory's mode
         replace_dir(staged, dest)
     return tree
 
