@@ -462,3 +462,22 @@ def test_no_sandbox_no_build_unless_the_risk_is_named(tmp_path):
         assert a.namelist() == b.namelist()
         differ = [n for n in a.namelist() if a.read(n) != b.read(n)]
     assert sorted(n.rsplit("/", 1)[-1] for n in differ) == ["RECORD", "sglforge-build.json"]
+
+
+def test_a_build_root_reached_through_a_link_builds_in_the_sandbox(tmp_path):
+    """The build root (or the interpreter) behind a symlink (/home -> /data): the sandbox
+    binds each path where the environment names it and where it resolves to (a CMake that
+    resolves links), so a CMake + FetchContent build still works and reads its inputs."""
+    _sandbox_or_skip()
+    project = make_project(tmp_path, ("fcdemo",))
+    real = tmp_path / "disk" / "root"
+    real.mkdir(parents=True)
+    (tmp_path / "root-link").symlink_to(real)
+    project.build_root = tmp_path / "root-link"
+    result = project.run("build", "--no-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (real / "logs" / "fcdemo.log").read_text()
+    tree = "/src/fcdemo"
+    assert f"--bind {real}{tree} {real}{tree}" in log
+    assert f"--bind {real}{tree} {project.build_root}{tree}" in log
+    assert [w["recipe"] for w in project.manifest()["wheels"]] == ["fcdemo"]

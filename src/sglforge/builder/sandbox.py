@@ -181,10 +181,10 @@ def filesystem(mounts: Mounts) -> list[str]:
         if mounts.tmp is not None:
             binds.append(("--bind", tmp, mounts.tmp))
     writable = _existing(mounts.writable)
-    for path in writable:
-        binds.append(("--bind", path, path))
-    for path in _readable(mounts, writable):
-        binds.append(("--ro-bind", path, path))
+    for source, dest in writable:
+        binds.append(("--bind", source, dest))
+    for source, dest in _readable(mounts, [dest for _, dest in writable]):
+        binds.append(("--ro-bind", source, dest))
     binds.sort(key=lambda b: len(b[2].parts))  # a child mount after its parent's
     for option, source, dest in binds:
         args += [option, str(source), str(dest)]
@@ -193,12 +193,18 @@ def filesystem(mounts: Mounts) -> list[str]:
     return [*args, "--remount-ro", "/"]
 
 
-def _existing(paths: Iterable[Path]) -> list[Path]:
-    out: list[Path] = []
+def _existing(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """(source, destination) binds of the paths that exist: each at its resolved path and, where
+    a link leads there, at the path as given too (the environment names the given one, a
+    CMake that resolves links names the other)."""
+    out: list[tuple[Path, Path]] = []
     for path in paths:
         real = Path(os.path.realpath(path))
-        if real.exists() and real not in out:
-            out.append(real)
+        if not real.exists():
+            continue
+        for dest in dict.fromkeys((real, Path(os.path.abspath(path)))):
+            if (real, dest) not in out:
+                out.append((real, dest))
     return out
 
 
@@ -206,23 +212,23 @@ def _under(path: Path, top: Path) -> bool:
     return path == top or top in path.parents
 
 
-def _readable(mounts: Mounts, writable: list[Path]) -> list[Path]:
+def _readable(mounts: Mounts, writable: list[Path]) -> list[tuple[Path, Path]]:
     """Read-only binds: the interpreter's and toolkit's directories and the named inputs,
-    each once (a directory already inside a read-only bind is not bound again, unless a
+    each once (a destination already inside a read-only bind is not bound again, unless a
     writable bind lies between)."""
     wanted = _existing([*interpreter_dirs(), *mounts.readable])
     system = [Path(p) for p in SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
-    chosen: list[Path] = []
-    for path in sorted(wanted, key=lambda p: len(p.parts)):
-        if any(_under(path, top) for top in system):
+    chosen: list[tuple[Path, Path]] = []
+    for source, dest in sorted(wanted, key=lambda b: len(b[1].parts)):
+        if any(_under(dest, top) for top in system):
             continue
-        covering = [top for top in chosen if _under(path, top)]
+        covering = [top for _, top in chosen if _under(dest, top)]
         if covering and not any(
-            _under(w, max(covering, key=lambda p: len(p.parts))) and _under(path, w)
+            _under(w, max(covering, key=lambda p: len(p.parts))) and _under(dest, w)
             for w in writable
         ):
             continue
-        chosen.append(path)
+        chosen.append((source, dest))
     return chosen
 
 
