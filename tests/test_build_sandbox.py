@@ -481,3 +481,40 @@ def test_a_build_root_reached_through_a_link_builds_in_the_sandbox(tmp_path):
     assert f"--bind {real}{tree} {real}{tree}" in log
     assert f"--bind {real}{tree} {project.build_root}{tree}" in log
     assert [w["recipe"] for w in project.manifest()["wheels"]] == ["fcdemo"]
+
+
+def test_git_in_the_exported_tree_works_inside_the_sandbox(tmp_path):
+    """The exported tree borrows the source cache's objects (objects/info/alternates), and
+    setuptools-scm's file finder runs `git archive HEAD` there: with the cache hidden, it
+    "pretended there aren't any" files and the sandboxed sglang wheel lost 47 of them. The
+    borrowed object stores are bound read-only; the rest of the cache stays invisible."""
+    _sandbox_or_skip()
+    project = make_project(tmp_path, ("purepy",))
+    files = {
+        "setup.py": (
+            "import os, subprocess\nfrom setuptools import setup\n"
+            "here = os.path.dirname(os.path.abspath(__file__))\n"
+            "names = subprocess.run(['git', 'archive', 'HEAD'], cwd=here, check=True,\n"
+            "                       capture_output=True).stdout\n"
+            "assert b'data.txt' in names, 'git archive lost files'\n"
+            "setup(name='gitfiles', version='1.0', py_modules=['gitfiles'])\n"
+        ),
+        "gitfiles.py": "X = 1\n",
+        "data.txt": "only git knows me\n",
+    }
+    commit = upstreams.make_repo(project.mirror / "org" / "gitfiles", files)
+    lock = project.root / "lockfiles" / "upstreams.toml"
+    lock.write_text(
+        lock.read_text() + f'\n[[source]]\nname = "gitfiles"\n'
+        f'url = "{upstreams.MIRROR_PREFIX}org/gitfiles"\ncommit = "{commit}"\n'
+    )
+    project.recipe("gitfiles").write_text(
+        'upstream = "gitfiles"\nbuild-requires = ["setuptools"]\n'
+    )
+    result = project.run("build", "gitfiles", "--no-check")
+    log = (project.build_root / "logs" / "gitfiles.log").read_text()
+    assert result.returncode == 0, result.stdout + result.stderr + log[-2000:]
+    assert "sandbox: bubblewrap" in result.stdout
+    # only the borrowed object store of the cache is in the sandbox, read-only
+    assert f"--ro-bind {project.cache}/git/" in log
+    assert f"--bind {project.cache}" not in log

@@ -813,6 +813,8 @@ def _sandboxed_build(
     assert prepared is not None
     writable_cache = [cache_setup.tool_dir] if cache and not cache.read_only else []
     inputs = [
+        # the cache objects the tree's git borrows, read-only (setuptools-scm's file finder)
+        *sandbox.git_alternates(ctx.root.src(recipe.upstream)),
         *prepared.fetchcontent.values(),
         *([cache_setup.proxy.dir] if cache_setup.proxy else []),
         *([NETBRIDGE] if cache_setup.bridge else []),

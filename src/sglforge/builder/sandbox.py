@@ -249,6 +249,36 @@ def _masks(bound: list[Path], secrets: Iterable[Path]) -> list[str]:
     return args
 
 
+def git_alternates(tree: Path) -> list[Path]:
+    """The object stores a work tree's repositories borrow (`objects/info/alternates`: the
+    export shares the source cache's objects, sources/export.py), followed transitively. Bound
+    read-only, so `git archive HEAD` works inside the sandbox: setuptools-scm's file finder
+    runs it, and without those objects it "pretends there aren't any" files and the wheel
+    silently loses every file only git knew of (sglang: 47)."""
+    found: list[Path] = []
+    todo = (
+        list((tree / ".git").glob("**/objects/info/alternates")) if (tree / ".git").is_dir() else []
+    )
+    while todo:
+        listing = todo.pop()
+        try:
+            lines = listing.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        base = listing.parent.parent  # .../objects
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            store = Path(os.path.normpath(line if os.path.isabs(line) else base / line))
+            if store.is_dir() and store not in found:
+                found.append(store)
+                nested = store / "info" / "alternates"
+                if nested.is_file():
+                    todo.append(nested)
+    return found
+
+
 def interpreter_dirs() -> list[Path]:
     """Where the build interpreter lives: its prefixes (a venv's and its base interpreter's,
     as given and resolved), the directory of its executable, and every directory a `.pth`
