@@ -13,20 +13,27 @@ small example project in demo/project, offline, in a few minutes on two cores.
    from scratch, sha256 per wheel) → check → bundle;
 4. print where each artifact is.
 
-Needs: nvcc from CUDA 12.8 or newer (sm_120a), cuobjdump (the arch audit) and the build tools the recipes name
-(setuptools, setuptools-scm, wheel, scikit-build-core, cmake, ninja) in this interpreter;
-`nox -s demo` installs them. No GPU is needed (nothing is run on one).
+Needs: nvcc from CUDA 12.8 or newer (sm_120a), cuobjdump (the arch audit), bubblewrap (the
+build sandbox) and the build tools the recipes name (setuptools, setuptools-scm, wheel,
+scikit-build-core, cmake, ninja) in this interpreter; `nox -s demo` checks the first three
+with `python -m demo --preflight` before it installs the build tools. No GPU is needed.
+
+The work directory is wiped first only when it is empty or the demo made it (its marker file
+`.sglforge-demo`); anything else is refused. One demo at a time per work directory: the
+demo holds the lock a build holds on its output directory (`.<name>.sglforge-lock` beside it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from demo.upstreams import CUDAEXT, MIRROR_PREFIX, PUREPY, make_repo
@@ -38,8 +45,72 @@ UPSTREAMS = {"purepy": PUREPY, "cudaext": CUDAEXT}
 BUILD_TOOLS = ("setuptools", "setuptools-scm", "wheel", "scikit-build-core", "cmake", "ninja")
 
 
+MARKER = ".sglforge-demo"  # in a work directory the demo made: only such a one is wiped
+CUDA_MIN = (12, 8)  # sm_120a
+CUOBJDUMP_HINT = (
+    "install the CUDA toolkit's cuobjdump (apt: cuda-cuobjdump-13-0), or "
+    '`pip install "nvidia-cuda-cuobjdump>=13.2,<14"` into the interpreter that runs nox (PyPI '
+    "has no 13.0 or 13.1 release; a 13.x cuobjdump reads CUDA 13.0 cubins), or set "
+    "SGLFORGE_CUOBJDUMP to one"
+)
+
+
 class DemoError(Exception):
     pass
+
+
+def check_workdir(workdir: Path) -> None:
+    """The demo wipes its work directory: refuse one it did not make (not empty, no marker)."""
+    if not workdir.exists() and not workdir.is_symlink():
+        return
+    if not workdir.is_dir() or workdir.is_symlink():
+        raise DemoError(f"--workdir {workdir}: exists and is not a directory; nothing was changed")
+    if any(workdir.iterdir()) and not (workdir / MARKER).is_file():
+        raise DemoError(
+            f"--workdir {workdir}: not empty and not a demo work directory (no {MARKER} "
+            "marker): the demo wipes its work directory, so it refuses this one; nothing was "
+            "changed. Name a new or empty directory (default: build/demo)"
+        )
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: Path) -> Iterator[None]:
+    """The lock a build takes on its output directory, for the demo's work directory: a
+    second demo there fails at once naming the holder (it would wipe the first one's files)."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.base.fs import exclusive_lock
+
+    lock = workdir.parent / f".{workdir.name}.sglforge-lock"
+    try:
+        with exclusive_lock(lock, f"demo work directory {workdir}"):
+            yield
+    except SglforgeError as exc:
+        raise DemoError(str(exc)) from None
+
+
+def check_host() -> list[str]:
+    """What the demo needs from the host beyond the build tools, checked before any install
+    or work: nvcc (CUDA >= 12.8), cuobjdump (the arch audit), bubblewrap (the sandbox)."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.builder import sandbox
+    from sglforge.wheel.audit import find_cuobjdump
+
+    release = cuda_release()
+    if tuple(int(x) for x in release.split(".")[:2]) < CUDA_MIN:
+        raise DemoError(f"nvcc is CUDA {release}: the demo builds for sm_120a (CUDA 12.8 or newer)")
+    home = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
+    try:
+        cuobjdump = find_cuobjdump(home)
+        box = sandbox.find()
+    except SglforgeError as exc:
+        raise DemoError(str(exc)) from None
+    if cuobjdump is None:
+        raise DemoError(
+            f"cuobjdump not found ({home}/bin, PATH, an nvidia-cuda-cuobjdump wheel of "
+            f"{sys.executable}): the demo audits its CUDA wheel for sm_120a with it\n"
+            f"hint: {CUOBJDUMP_HINT}"
+        )
+    return [f"nvcc CUDA {release}", f"cuobjdump {cuobjdump}", f"sandbox bubblewrap {box.version}"]
 
 
 def pinned_commits() -> dict[str, str]:
@@ -106,8 +177,11 @@ def toolchain_toml() -> str:
 
 
 def prepare(workdir: Path) -> dict[str, Path]:
+    check_workdir(workdir)
     if workdir.exists():
         shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    (workdir / MARKER).write_text("made by `python -m demo`; wiped by the next demo run\n")
     paths = {
         "project": workdir / "project",
         "mirror": workdir / "mirror",
@@ -153,6 +227,13 @@ def sglforge(paths: dict[str, Path], *args: str) -> str:
 
 def run(workdir: Path) -> int:
     started = time.monotonic()
+    check_workdir(workdir)  # before anything else: nothing is run for a refused directory
+    check_host()
+    with workdir_lock(workdir):
+        return _run(workdir, started)
+
+
+def _run(workdir: Path, started: float) -> int:
     paths = prepare(workdir)
     print(
         f"demo project: {paths['project']} (a copy of demo/project)\n"
@@ -180,17 +261,38 @@ def run(workdir: Path) -> int:
     return 0
 
 
+def preflight(workdir: Path) -> int:
+    check_workdir(workdir)
+    with workdir_lock(workdir):  # free now (a demo running there is named)
+        pass
+    found = check_host()
+    print(f"demo preflight: work directory {workdir} ok; {'; '.join(found)}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m demo",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
         default=ROOT / "build" / "demo",
-        help="where the demo writes everything (wiped first; default: build/demo)",
+        help=f"where the demo writes everything (default: build/demo); wiped first, and "
+        f"refused unless new, empty or made by the demo (its {MARKER} marker)",
+    )
+    parser.add_argument(
+        "--preflight",
+        action="store_true",
+        help="only check the work directory, its lock and the host (nvcc, cuobjdump, "
+        "bubblewrap), in seconds: what `nox -s demo` runs before it installs anything",
     )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     try:
+        if args.preflight:
+            return preflight(args.workdir.resolve())
         return run(args.workdir.resolve())
     except DemoError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)

@@ -83,3 +83,22 @@ def provenance_stub(**fields) -> Provenance:
             **fields,
         }
     )
+
+
+def host_view(*, hide: tuple[Path, ...] = (), offline: bool = False) -> list[str] | None:
+    """A command prefix that runs a command on this host with `hide` (directories) replaced
+    by empty ones and, `offline`, in a network namespace of its own (only loopback): a host
+    without CUDA, without cuobjdump or without a network, made with bubblewrap. None where
+    bubblewrap cannot do that here (the caller skips)."""
+    import shutil
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None
+    prefix = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
+    for path in hide:
+        prefix += ["--tmpfs", str(path)]
+    if offline:
+        prefix.append("--unshare-net")
+    probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+    return [*prefix, "--"] if probe.returncode == 0 else None

@@ -327,16 +327,17 @@ def install_toolchain(
 
 
 def demo(session: Any, root: Path) -> None:
-    """`nox -s demo`: the toolchain Python, the shared toolchain venv without torch (the
-    hash-pinned build tools, ~100 MB the first time), then `python -m demo` in it."""
+    """`nox -s demo`: the toolchain Python; `python -m demo --preflight` with nox's
+    interpreter (the work directory, its lock, nvcc, cuobjdump, bubblewrap: seconds, nothing
+    installed); the shared toolchain venv without torch (the hash-pinned build tools, ~130 MB
+    the first time); then `python -m demo` in it."""
+    demo_env = {"PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])}
     if wants_help(session.posargs):
-        run_sglforge(
-            session,
-            [sys.executable, "-m", "demo", "--help"],
-            {"PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])},
-        )
+        run_sglforge(session, [sys.executable, "-m", "demo", "--help"], demo_env)
         return
-    python = install_toolchain(session, root, toolchain_python(session, root), torch=False)
+    python = toolchain_python(session, root)
+    run_sglforge(session, [sys.executable, "-m", "demo", "--preflight", *session.posargs], demo_env)
+    python = install_toolchain(session, root, python, torch=False)
     run_sglforge(
         session,
         [python, "-m", "demo", *session.posargs],
