@@ -176,7 +176,7 @@ def matrix(session: nox.Session) -> None:
 
     `sglforge plan --matrix` in the build toolchain's venv (content keys need its
     fingerprint): -- [--wave N] [--max-waves N] [--output FILE] [--no-remote-cache].
-    Sources are not fetched. README "Many hosts"; ci/github-actions.yml uses it.
+    Sources are not fetched. docs/many-hosts.md; ci/github-actions.yml uses it.
     """
     args = ["--matrix", *session.posargs]
     python = nox_sessions.prepare_toolchain(session, Path(ROOT), "plan", args, fetch=False)

@@ -1,4 +1,4 @@
-# `sglforge plan --matrix` -> a Buildkite dynamic pipeline (README "Many hosts"):
+# `sglforge plan --matrix` -> a Buildkite dynamic pipeline (docs/many-hosts.md):
 #   nox -s matrix -- --output matrix.json
 #   jq -f ci/buildkite-pipeline.jq matrix.json | buildkite-agent pipeline upload
 # Buildkite orders steps by depends_on, so the DAG needs no waves: one step per missing

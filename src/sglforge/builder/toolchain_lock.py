@@ -30,7 +30,7 @@ torch's version in the lock: PyPI cannot host local versions, so its cu130 torch
 (`check_against_pins`); the variant itself is checked on the installed files before a build
 (inputs/toolchain.py reads torch/version.py).
 
-Regenerate (README "Toolchain lock"): `python -m sglforge.builder.toolchain_lock` prints the
+Regenerate (docs/reference.md, "Toolchain lock"): `python -m sglforge.builder.toolchain_lock` prints the
 commands (uv pip compile --generate-hashes, then `... assemble` writes the file) for the pins
 in toolchain.toml; `... constraints` prints the [build] pins the torch resolution must keep.
 """

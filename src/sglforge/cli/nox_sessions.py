@@ -313,12 +313,12 @@ def install_toolchain(
     session.log(f"installing sglforge into {venv} (shared by build, verify and matrix)")
     session.run(str(venv_python), "-m", "pip", "install", "--quiet", str(root), external=True)
     size = (
-        "~100 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)"
+        "~130 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)"
         if torch
-        else "~100 MB download, no torch"
+        else "~130 MB download, no torch"
     )
     session.log(
-        f"installing lockfiles/toolchain.lock ({size}; README: what the first run downloads)"
+        f"installing lockfiles/toolchain.lock ({size}; docs/build-host.md: what the first run downloads)"
     )
     env = toolchain_lock.pip_env()
     for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in

@@ -1,4 +1,4 @@
-"""A private package index for serving hosts: `sglforge publish DEST` (README "Publishing").
+"""A private package index for serving hosts: `sglforge publish DEST` (docs/serving-host.md, "Publishing").
 
 DEST gets a static PEP 503 "simple" repository any plain file server can serve
 (`python -m http.server`, nginx, a WebDAV share):

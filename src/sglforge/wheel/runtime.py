@@ -235,7 +235,7 @@ def render_input(
 _HAND_DEFAULT = """\
 # lockfiles/runtime.in: the input of lockfiles/runtime.lock (uv pip compile).
 # Above the marker line: written by hand, requirements no wheel declares.
-# Regenerate both files with `nox -s lock-runtime` (README "Runtime lock")."""
+# Regenerate both files with `nox -s lock-runtime` (docs/serving-host.md, "Runtime lock")."""
 
 
 def input_digest(text: str) -> str:
