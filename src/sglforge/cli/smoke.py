@@ -205,7 +205,24 @@ def run_smoke_verb(args: argparse.Namespace, ctx) -> int:
     if args.dry_run:
         print(dry_run_text(opts), end="")
         return 0
+    _check_lock(args, opts)
     return run_smoke(opts)
+
+
+def _check_lock(args: argparse.Namespace, opts) -> None:
+    """The lock the run reads must exist before any stage starts (exit 2, no traceback)."""
+    from sglforge.base.errors import SglforgeError
+
+    lock = opts.receipt_lock
+    if lock is None or lock.is_file():
+        return
+    if args.lock is not None:
+        raise SglforgeError(f"--lock {args.lock}: no such file ({lock}); nothing was started")
+    raise SglforgeError(
+        f"{lock} does not exist: the smoke installs the wheel set it pins; nothing was started",
+        hint="build first (`nox -s build` writes it), name a lock with --lock FILE, or smoke "
+        "an existing environment with --python PATH",
+    )
 
 
 def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
