@@ -56,7 +56,12 @@ CUOBJDUMP_HINT = (
 
 
 class DemoError(Exception):
-    pass
+    """A demo step that cannot go on; `status` is the exit status (a failed sglforge step's
+    own: 1 a failed build or check, 2 bad input)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def check_workdir(workdir: Path) -> None:
@@ -221,7 +226,10 @@ def sglforge(paths: dict[str, Path], *args: str) -> str:
     )
     print(proc.stdout, end="", flush=True)
     if proc.returncode != 0:
-        raise DemoError(f"`sglforge {' '.join(args)}` exited with status {proc.returncode}")
+        raise DemoError(
+            f"`sglforge {' '.join(args)}` exited with status {proc.returncode}",
+            status=proc.returncode if proc.returncode > 0 else 2,
+        )
     return proc.stdout
 
 
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.workdir.resolve())
     except DemoError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.status
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return 130

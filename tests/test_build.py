@@ -135,7 +135,7 @@ def test_failing_build_leaves_wheels_untouched_and_prints_log_tail(purepy):
     recipe = purepy.recipe("purepy")
     recipe.write_text(recipe.read_text().replace('"{version}"', '"{version}.not-pep440!"'))
     result = purepy.run("build")
-    assert result.returncode == 2
+    assert result.returncode == 1  # a failed build (README "Exit status"; issue 33 item 7)
     ours, tail = result.stderr.split("--- last 40 lines of the log ---")
     assert "Traceback" not in ours  # sglforge's own message; the tool's output is in the tail
     assert "error: build of purepy failed (exit 1)" in result.stderr
@@ -218,7 +218,7 @@ def test_fetchcontent_dependency_is_injected_never_downloaded(tmp_path):
     lock.write_text(lock.read_text().split('[[source]]\nname = "fcdemo.greetdep"')[0])
     before = snapshot(project.root / "wheels")
     failed = project.run("build")
-    assert failed.returncode == 2
+    assert failed.returncode == 1
     assert "build of fcdemo failed" in failed.stderr
     assert "FETCHCONTENT_FULLY_DISCONNECTED is set to true" in failed.stderr
     assert "dependency greetdep" in failed.stderr
@@ -266,7 +266,7 @@ def test_a_build_that_downloads_fails_loudly(purepy):
     )
     (purepy.root / "patches" / "purepy" / "series").write_text("0001-download.patch\n")
     result = purepy.run("build")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "build of purepy failed" in result.stderr
     assert "urlopen" in result.stderr and "URLError" in result.stderr
     assert not list((purepy.root / "wheels").glob("*.whl"))

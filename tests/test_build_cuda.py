@@ -77,7 +77,7 @@ def test_audit_fails_naming_the_library_when_the_recipe_drops_sm_120a(tmp_path):
     )
     before = snapshot(project.root / "wheels")
     result = project.run("build")
-    assert result.returncode == 2
+    assert result.returncode == 1  # the audit failed a built wheel
     assert "arch audit failed" in result.stderr
     assert "cudaext/libcudaext.so: missing sm_120a (has sm_90a)" in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,7 +1,9 @@
 """User-facing errors.
 
 Every failure a user can cause (bad input, missing cache entry, patch that does not apply)
-is raised as `SglforgeError`; the CLI prints its message without a traceback and exits 2.
+is raised as `SglforgeError`; the CLI prints its message without a traceback and exits with
+its `exit_status`: 2 (bad input, a refused host: README "Exit status") unless it is a
+`BuildFailed` (1: the build ran and what it made failed: a compile, an audit).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 class SglforgeError(Exception):
     """An error whose message is complete enough to act on; printed without a traceback."""
+
+    exit_status = 2  # bad input or a refused host
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -30,3 +34,10 @@ class ConfigErrors(SglforgeError):
         lines = [f"{path}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
         lines += [f"  - {p}" for p in problems]
         super().__init__("\n".join(lines))
+
+
+class BuildFailed(SglforgeError):
+    """A build (or a verify rebuild) ran and failed: the compile exited non-zero, or what it
+    produced failed post-processing or an audit. Exit status 1, like a failed check."""
+
+    exit_status = 1

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.base.buildroot import BuildRoot
-from sglforge.base.errors import SglforgeError
+from sglforge.base.errors import BuildFailed, SglforgeError
 from sglforge.base.fs import exclusive_lock, remove_tree, sha256_file
 from sglforge.base.git import git_out
 from sglforge.base.logs import log_tail
@@ -1057,6 +1057,21 @@ def _wheel_steps(recipe: Recipe) -> list[tuple[str, StepFunction]]:
     return steps
 
 
+# Steps after the build started: an error there is a failed build (exit 1), not bad input.
+FAILED_BUILD_STEPS = frozenset({"compile", "post-process", "elf audit", "leak scan", "audit"})
+
+
+def _run_step(name: str, step: StepFunction, ctx: _Context, job: _WheelJob) -> None:
+    try:
+        step(ctx, job)
+    except BuildFailed:
+        raise
+    except SglforgeError as exc:
+        if name not in FAILED_BUILD_STEPS:
+            raise
+        raise BuildFailed(exc.args[0], hint=exc.hint) from exc
+
+
 def _dev_workspace(ctx: _Context, recipe: Recipe) -> DevWorkspace:
     config = state_config(recipe.sha256, ctx.tool.digest, ctx.root.path, BUILD_FORMAT)
     deps = [pin.name for pin in ctx.lock.fetchcontent(recipe.upstream)]
@@ -1081,7 +1096,7 @@ def _build_one(
     # a dev build's tree is parked again whatever happens (builder/devtree.py)
     with job.dev.live() if job.dev is not None else contextlib.nullcontext():
         ctx.report.steps.execute(
-            (f"{recipe.name}: {name}", functools.partial(step, ctx, job))
+            (f"{recipe.name}: {name}", functools.partial(_run_step, name, step, ctx, job))
             for name, step in _wheel_steps(recipe)
         )
     final, info = job.final, job.info

@@ -2,7 +2,7 @@
 
 Each verb module exposes `register(subparsers)` which adds its parser and sets
 `func(args, ctx) -> int`. Errors the user can fix are `SglforgeError`s: printed without a
-traceback, exit status 2. Ctrl-C / SIGTERM / SIGHUP: one line, exit status 128 + signal.
+traceback, exit status 2 (1 for a `BuildFailed`: the build ran and failed). Ctrl-C / SIGTERM / SIGHUP: one line, exit status 128 + signal.
 
 Parsing: the global options (`--project`, `--config`, `--cache-dir`, `--build-root`,
 `--mirror`) are accepted before or after the verb (`nox -s fetch -- --mirror …` puts them
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status  # 2: bad input; 1: a failed build (BuildFailed)
     except (KeyboardInterrupt, Terminated) as exc:
         # Everything the verb started has been stopped by now (procgroup.py); one line.
         code, name = interrupt_exit(exc)
