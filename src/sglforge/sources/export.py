@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import copy_tree_inside, replace_dir, staging_dir
-from sglforge.base.git import git, has_commit, rev
+from sglforge.base.git import git, git_out, has_commit, rev
 from sglforge.inputs.pins import Lockfile, Pin
 from sglforge.inputs.settings import Settings
 from sglforge.sources.archive import SOURCE_ARCHIVE_LIMITS, extract_tar, extract_zip
@@ -24,6 +24,7 @@ from sglforge.sources.archivetree import (
     hoist,
 )
 from sglforge.sources.cache import SourceCache
+from sglforge.sources.exportcheck import check_exported_tree, checkout_errors, checkout_pin
 from sglforge.sources.fetch import verify_git_pin
 from sglforge.sources.substitute import place_substitute, substitutes_for
 
@@ -38,13 +39,27 @@ class ExportedTree:
     substitute: str | None = None  # placed from [substitutes] instead of the pin
 
 
-def _checkout_files(git_dir: Path, commit: str, dest: Path) -> None:
-    """Write the files of `commit` into `dest` (no .git), using a throwaway index."""
+def _checkout_files(label: str, git_dir: Path, commit: str, dest: Path) -> None:
+    """Write the files of `commit` into `dest` (no .git), using a throwaway index, and check
+    them against the commit's tree (sources/exportcheck.py)."""
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sglforge-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        git("read-tree", "--end-of-options", commit, git_dir=git_dir, env=env)
-        git(f"--work-tree={dest}", "checkout-index", "--all", "--force", git_dir=git_dir, env=env)
+        git("read-tree", "--end-of-options", commit, git_dir=git_dir, env=env, what=label)
+        proc = git(
+            f"--work-tree={dest}",
+            "checkout-index",
+            "--all",
+            "--force",
+            git_dir=git_dir,
+            env=env,
+            check=False,
+        )
+    said = checkout_errors(proc)
+    if proc.returncode != 0 and not said:
+        said = [f"git checkout-index exited with status {proc.returncode}"]
+    tree = git_out("rev-parse", rev(f"{commit}^{{tree}}"), git_dir=git_dir, what=label)
+    check_exported_tree(label, git_dir, dest, commit, tree, cache_git_dir=git_dir, git_said=said)
 
 
 def _shared_work_tree(git_dir: Path, dest: Path) -> None:
@@ -91,7 +106,8 @@ def _place_submodules(lock: Lockfile, cache: SourceCache, pin: Pin, root: Path) 
                 f"{sub.name}: cannot place submodule at {sub.path}: not an "
                 f"empty directory in '{pin.name}'"
             )
-        _checkout_files(cache.git_dir(sub.url), sub.commit, target)
+        label = f"{sub.name} ({sub.path} of {pin.name})"
+        _checkout_files(label, cache.git_dir(sub.url), sub.commit, target)
         placed.append(f"{sub.path} @ {sub.commit[:12]}")
         placed += [f"{sub.path}/{p}" for p in _place_submodules(lock, cache, sub, target)]
     return placed
@@ -134,9 +150,19 @@ def export_source(
                 raise SglforgeError(
                     f"{name}: commit {pin.commit} is not in the cache; run `nox -s fetch` first"
                 )
-            verify_git_pin(cache, pin)
+            tree = verify_git_pin(cache, pin)
             _shared_work_tree(git_dir, staged)
-            git("checkout", "--quiet", "--detach", rev(pin.commit), cwd=staged)
+            said = checkout_pin(name, staged, pin.commit)
+            # before submodules are placed: each of those is checked against its own tree
+            check_exported_tree(
+                name,
+                staged / ".git",
+                staged,
+                pin.commit,
+                tree,
+                cache_git_dir=git_dir,
+                git_said=said,
+            )
             placed = _place_submodules(lock, cache, pin, staged) if with_submodules else []
         else:
             tarball = cache.verified_tarball(name, pin.sha256)

@@ -1,0 +1,106 @@
+"""Export fails closed (issue 32, item 3): a source cache with a missing or damaged object is
+an error naming the source and the path, through the real `python -m sglforge fetch` (which
+exports what it fetched), and the previous export stays as it was, with no staging left.
+
+git itself exits 0 from `checkout` after `error: unable to read sha1 file of <path>` and
+leaves the file out, and writes a damaged loose object's bytes without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglforge.sources.cache import SourceCache
+from tests.fixtures.gitrepos import run_git
+from tests.fixtures.project import SRC
+from tests.helpers import snapshot
+
+
+def sglforge(world, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    env.pop("SGLFORGE_PROJECT", None)
+    return subprocess.run(
+        [sys.executable, "-m", "sglforge", *argv, *world.cli_args()],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+
+
+def loose_object(git_dir: Path, oid: str) -> Path:
+    path = git_dir / "objects" / oid[:2] / oid[2:]
+    assert path.is_file(), f"fixture expects {oid} as a loose object in {git_dir}"
+    path.chmod(0o644)
+    return path
+
+
+@pytest.fixture
+def exported(world, upstreams):
+    """alpha fetched and exported once, as a user's earlier run would have left it."""
+    first = sglforge(world, "fetch", "alpha")
+    assert first.returncode == 0, first.stderr
+    dest = world.build_root / "src" / "alpha"
+    assert (dest / "src/alpha/core.py").is_file()
+    return dest, snapshot(dest)
+
+
+def refetch_fails(world, dest: Path, before: dict[str, str]) -> str:
+    result = sglforge(world, "fetch", "alpha")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(dest) == before  # the earlier export is untouched
+    assert [p.name for p in dest.parent.iterdir() if p.name.startswith(".")] == []  # no staging
+    return result.stderr
+
+
+def test_missing_blob_of_the_upstream_is_an_error_naming_source_and_path(
+    world, upstreams, exported
+):
+    dest, before = exported
+    git_dir = SourceCache(world.cache).git_dir(world.url("org/alpha"))
+    oid = run_git(upstreams.alpha.path, "rev-parse", f"{upstreams.pinned}:src/alpha/core.py")
+    loose_object(git_dir, oid).unlink()
+    stderr = refetch_fails(world, dest, before)
+    assert f"error: alpha: the exported files are not commit {upstreams.pinned}" in stderr
+    assert f"missing  src/alpha/core.py (object {oid} is not in the source cache)" in stderr
+    assert "unable to read sha1 file of src/alpha/core.py" in stderr  # what git printed
+    assert f"hint: the source cache is damaged: remove {git_dir}" in stderr
+
+
+def test_missing_blob_of_a_submodule_names_the_submodule_and_its_path(world, upstreams, exported):
+    dest, before = exported
+    git_dir = SourceCache(world.cache).git_dir(world.url("org/beta"))
+    oid = run_git(upstreams.beta.path, "rev-parse", f"{upstreams.beta_v2}:beta.h")
+    loose_object(git_dir, oid).unlink()
+    stderr = refetch_fails(world, dest, before)
+    assert "error: alpha.beta (third_party/beta of alpha): the exported files are not" in stderr
+    assert f"missing  beta.h (object {oid} is not in the source cache)" in stderr
+
+
+def test_damaged_object_that_git_reads_without_complaint_is_caught_by_the_tree_check(
+    world, upstreams, exported
+):
+    dest, before = exported
+    git_dir = SourceCache(world.cache).git_dir(world.url("org/alpha"))
+    core = run_git(upstreams.alpha.path, "rev-parse", f"{upstreams.pinned}:src/alpha/core.py")
+    init = run_git(upstreams.alpha.path, "rev-parse", f"{upstreams.pinned}:src/alpha/__init__.py")
+    # a well-formed object with another blob's bytes: git checks out "VALUE = 1" as core.py
+    loose_object(git_dir, core).write_bytes(loose_object(git_dir, init).read_bytes())
+    stderr = refetch_fails(world, dest, before)
+    assert f"differs  src/alpha/core.py (its bytes do not hash to {core}" in stderr
+
+
+def test_intact_cache_exports_and_checks_quietly(world, upstreams, exported):
+    dest, before = exported
+    again = sglforge(world, "fetch", "alpha")
+    assert again.returncode == 0, again.stderr
+    # replaced by an identical export (git's own files record when they were written)
+    files = {k: v for k, v in before.items() if not k.startswith(".git/")}
+    assert {k: v for k, v in snapshot(dest).items() if not k.startswith(".git/")} == files
+    assert run_git(dest, "status", "--porcelain") == ""
