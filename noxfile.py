@@ -96,6 +96,18 @@ def smoke(session: nox.Session) -> None:
     _sglforge(session, "smoke")
 
 
+@nox.session(python=False, default=False)
+def warm(session: nox.Session) -> None:
+    """GPU host: capture the servers' JIT caches into one artifact.
+
+    Runs the smoke once with empty caches (issue 34) and writes
+    build/jitcache/jitcache-<key16>.tar.gz; use it with `nox -s smoke -- --jit-cache FILE`.
+    Takes smoke's options (--profile, --model, --python, --lock, --out) and --artifact-dir,
+    --jit-root.
+    """
+    _sglforge(session, "warm")
+
+
 @nox.session(python=False)
 def doctor(session: nox.Session) -> None:
     """Check this host against a smoke profile and the built wheels.

@@ -204,6 +204,16 @@ class SmokeProject:
             check=False,
         )
 
+    def run_verb(self, verb: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(verb, *args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+            check=False,
+        )
+
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "sglforge", "--project", str(self.root), *args]
 

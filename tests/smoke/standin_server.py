@@ -23,6 +23,10 @@ Knobs (environment, so a profile's per-role `env` can set them):
                              decode role, PD stops matching the colocated server
   STANDIN_LOGPROB_SHIFT=X    add X to every logprob (a numerically different kernel)
   STANDIN_ARITHMETIC=1       answer "What is A + B?" questions correctly (accuracy gates)
+  STANDIN_JIT_SECONDS=S       "JIT-compile" a kernel into $TRITON_CACHE_DIR before serving: S
+                             seconds unless the kernel file is already there with the right
+                             bytes (logged `standin jit: cache hit` / `compiled`), plus a .lock
+                             file as real caches leave (the artifact must skip it)
   STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 if something listens on port P during its
                              first STANDIN_REQUIRE_FREE_SECONDS (default 8) seconds (a server
                              that must start only after another one stopped)
@@ -335,6 +339,30 @@ def meta_info(body: dict, view: dict, tokens: list[str], n: int, shift: float = 
     return info
 
 
+def standin_jit(mode: str, seconds: float) -> None:
+    """A JIT cache as the real ones behave: a kernel keyed by what it is built for."""
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    if not cache:
+        log("standin jit: no TRITON_CACHE_DIR")
+        return
+    kernel = os.path.join(cache, "standin", f"{mode}-kernel.bin")
+    want = hashlib.sha256(f"kernel for {mode}".encode()).hexdigest().encode()
+    try:
+        with open(kernel, "rb") as handle:
+            if handle.read() == want:
+                log(f"standin jit: cache hit {kernel}")
+                return
+    except OSError:
+        pass
+    time.sleep(seconds)
+    os.makedirs(os.path.dirname(kernel), exist_ok=True)
+    with open(kernel + ".lock", "w"):
+        pass
+    with open(kernel, "wb") as handle:
+        handle.write(want)
+    log(f"standin jit: compiled {kernel}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -368,6 +396,8 @@ def main() -> None:
                     sys.exit(5)
             time.sleep(0.1)
     state = State(args)
+    if os.environ.get("STANDIN_JIT_SECONDS"):
+        standin_jit(state.mode, float(os.environ["STANDIN_JIT_SECONDS"]))
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
     # STANDIN_SPAWN_CHILD=N: N sleeping children (SGLang's TP ranks and scheduler processes)

@@ -35,11 +35,13 @@ from sglforge.cli import (  # verbs
     receipt,  # verbs `receipt`, `reference` (issue 24)
     smoke,
     sources,
+    warm,  # issue 34
 )
 from sglforge.cli.context import Context
 
 # Modules that contribute verbs, in help order.
 VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt, preflight)
+VERB_MODULES += (warm,)  # issue 34: `warm`, listed last
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"

@@ -39,6 +39,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _jit_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--jit-root",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the servers' JIT caches live in DIR (default with --jit-cache and for warm: "
+        "/var/tmp/sglforge-jit/<key16>, one fixed path per key)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "smoke", help="install the wheels into a fresh venv, launch the PD pair, run checks"
@@ -91,6 +102,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="KEY",
         help="sign receipt.json with this SSH private key (ssh-keygen -Y sign)",
+    )
+    _jit_options(p)
+    p.add_argument(
+        "--jit-cache",
+        type=Path,
+        default=None,
+        metavar="ARTIFACT",
+        help="start from this JIT-cache artifact (`sglforge warm`): used when its key matches "
+        "this run (lock, GPU, CUDA/driver, server arguments, model config), else a warning and "
+        "the servers JIT-compile; a corrupt or tampered one is refused",
     )
     p.set_defaults(func=run_smoke_verb)
 
@@ -191,6 +212,9 @@ def _options(args: argparse.Namespace, ctx):
         reference=_abs(getattr(args, "reference", None)),
         sign_key=_abs(getattr(args, "sign_key", None)),
         receipt_lock=lock if (args.lock or not python) else None,
+        jit_cache=_abs(getattr(args, "jit_cache", None)),
+        jit_root=_abs(getattr(args, "jit_root", None)),
+        warm_into=_abs(getattr(args, "artifact_dir", None)),
     )
 
 

@@ -63,6 +63,10 @@ class SmokeReport:
     # role -> what its processes mapped and logged while serving (smoke/loaded.py)
     loaded: dict[str, Any] = field(default_factory=dict)
     teardown: dict[str, Any] = field(default_factory=dict)
+    # issue 34: launch to router readiness with each server's phases (smoke/startup.py), and
+    # the JIT cache the servers started from (smoke/jitstep.py)
+    startup: dict[str, Any] = field(default_factory=dict)
+    jit_cache: dict[str, Any] = field(default_factory=dict)
     host: dict[str, str] = field(
         default_factory=lambda: {"hostname": platform.node(), "python": platform.python_version()}
     )

@@ -22,7 +22,7 @@ from sglforge.base.procgroup import (  # SIGTERM/SIGHUP to the smoke itself: lik
 )
 from sglforge.base.steps import StepRecord, Steps
 from sglforge.qualification import equivalence, qualify
-from sglforge.smoke import doctor, loaded
+from sglforge.smoke import doctor, jitstep, loaded, startup
 from sglforge.smoke.checks import CheckContext, run_check
 from sglforge.smoke.commands import LaunchPlan, build_launch_plan
 from sglforge.smoke.environment import EnvStack, probe_environment
@@ -63,6 +63,11 @@ class SmokeOptions:
     reference: Path | None = None
     sign_key: Path | None = None
     receipt_lock: Path | None = None
+    # JIT caches (issue 34, smoke/jitstep.py): an artifact to start from, a directory the
+    # caches live in, and for `warm` the directory the captured artifact is written to.
+    jit_cache: Path | None = None
+    jit_root: Path | None = None
+    warm_into: Path | None = None
 
     @property
     def venv(self) -> Path:
@@ -258,6 +263,7 @@ def run_smoke(opts: SmokeOptions, out: TextIO = sys.stdout, err: TextIO = sys.st
         report.failure = exc.failure
         code = EXIT_FAIL
         _print_failure(exc.failure, err)
+    code = _pack_warm(opts, report, code, steps)
     if report.result == "running":
         report.result = "pass" if code == EXIT_PASS else "fail"
     report_path, summary_path = report.write(run_dir)
@@ -330,7 +336,7 @@ def _pipeline(
     _install_step(opts, stack, report, steps)
     if opts.tiny_model:
         _tiny_model_step(opts, steps)
-    plan = opts.launch_plan()
+    plan = _jit_cache_step(opts, opts.launch_plan(), report, steps, qual)
     try:
         return _serve_and_check(opts, plan, report, steps, processes, qual)
     except LaunchError as exc:
@@ -487,6 +493,7 @@ def _serve_and_check(
     _launch_servers(opts, plan, processes, report, steps)
     _wait_servers_ready(opts.profile.timeouts, processes, report, steps)
     _start_router(opts, plan, processes, report, steps)
+    _record_startup(processes, report)
     checked = _run_checks(opts, plan, processes, report, steps, qual)
     _record_loaded(processes, report)  # while the servers still run
     failed = checked.failed
@@ -693,7 +700,61 @@ def _equivalence_after_pair(
     return result
 
 
-JIT_CACHE_ENV = {"deep_gemm": "DG_JIT_CACHE_DIR"}  # what a server JIT-compiled, where
+def _jit_cache_step(
+    opts: SmokeOptions,
+    plan: LaunchPlan,
+    report: SmokeReport,
+    steps: _Stages,
+    qual: qualify.RunFacts,
+) -> LaunchPlan:
+    """The "jit cache" step (issue 34): the servers' JIT caches from an artifact, into a fresh
+    root for `warm`, or in a given directory; millisecond log stamps for the start-up phases."""
+    with steps.step("jit cache") as detail:
+        try:
+            plan, report.jit_cache, lines = jitstep.prepare(opts, qual.facts, plan, steps.say)
+        except SglforgeError as exc:
+            raise SmokeFailed(Failure("jit cache", str(exc))) from None
+        detail += lines
+    return jitstep.with_env_defaults(plan, {"SGLANG_LOG_MS": "1"})
+
+
+def _record_startup(processes: ProcessSet, report: SmokeReport) -> None:
+    """Launch to router readiness, and each server's phases from its log (smoke/startup.py)."""
+    now_mono, now_wall = time.monotonic(), time.time()
+    servers = [p for p in processes.processes if p.role != "router"]
+    first = min((p.started for p in processes.processes), default=now_mono)
+    report.startup = {"ready_s": round(now_mono - first, 3), "servers": {}}
+    for process in servers:
+        ready = report.readiness.get(process.role, {}).get("/health_generate")
+        launched_at = now_wall - (now_mono - process.started)
+        report.startup["servers"][process.role] = {
+            "ready_s": ready,
+            **startup.log_phases(process.command.log, launched_at, ready),
+        }
+    router = next((p for p in processes.processes if p.role == "router"), None)
+    if router is not None:
+        report.startup["router_s"] = round(now_mono - router.started, 3)
+
+
+def _pack_warm(opts: SmokeOptions, report: SmokeReport, code: int, steps: _Stages) -> int:
+    """`warm`: after a passing run (servers stopped), the cache root becomes the artifact."""
+    if not opts.warm_into or code != EXIT_PASS or not report.jit_cache.get("root"):
+        return code
+    try:
+        packed = jitstep.pack_after_warm(opts, report.jit_cache)
+    except (SglforgeError, OSError) as exc:
+        _safe_print(f"error: warm: the JIT cache could not be packed: {exc}", steps.err)
+        return EXIT_FAIL
+    steps.say(
+        f"warm: {packed.files} files ({packed.bytes} bytes) -> {packed.path} "
+        f"(sha256 {packed.sha256})"
+    )
+    return code
+
+
+# What a server JIT-compiled, where: SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR
+# (default ~/.cache/deep_gemm) at import, so that one wins where it is set.
+JIT_CACHE_ENV = {"deep_gemm": ("SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR")}
 
 
 def _record_loaded(processes: ProcessSet, report: SmokeReport) -> None:
@@ -702,10 +763,11 @@ def _record_loaded(processes: ProcessSet, report: SmokeReport) -> None:
     for process in processes.processes:
         if process.role == "router" or process.exit_status() is not None:
             continue
+        env = process.command.env
         jit = {
-            name: Path(process.command.env[var])
-            for name, var in JIT_CACHE_ENV.items()
-            if process.command.env.get(var)
+            name: Path(next(env[v] for v in names if env.get(v)))
+            for name, names in JIT_CACHE_ENV.items()
+            if any(env.get(v) for v in names)
         }
         try:
             report.loaded[process.role] = loaded.evidence(process, jit)
