@@ -708,14 +708,19 @@ def _jit_cache_step(
     qual: qualify.RunFacts,
 ) -> LaunchPlan:
     """The "jit cache" step (issue 34): the servers' JIT caches from an artifact, into a fresh
-    root for `warm`, or in a given directory; millisecond log stamps for the start-up phases."""
+    root for `warm`, or in a given directory; millisecond log stamps for the start-up phases.
+    Without --jit-cache/--jit-root/warm there is no such step and the profile's environment
+    stands."""
+    plan = jitstep.with_env_defaults(plan, {"SGLANG_LOG_MS": "1"})
+    if not (opts.jit_cache or opts.jit_root or opts.warm_into):
+        return plan
     with steps.step("jit cache") as detail:
         try:
             plan, report.jit_cache, lines = jitstep.prepare(opts, qual.facts, plan, steps.say)
         except SglforgeError as exc:
             raise SmokeFailed(Failure("jit cache", str(exc))) from None
         detail += lines
-    return jitstep.with_env_defaults(plan, {"SGLANG_LOG_MS": "1"})
+    return plan
 
 
 def _record_startup(processes: ProcessSet, report: SmokeReport) -> None:
