@@ -8,6 +8,9 @@ its `exit_status`: 2 (bad input, a refused host: README "Exit status") unless it
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class SglforgeError(Exception):
     """An error whose message is complete enough to act on; printed without a traceback."""
@@ -41,3 +44,9 @@ class BuildFailed(SglforgeError):
     produced failed post-processing or an audit. Exit status 1, like a failed check."""
 
     exit_status = 1
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" for the close matches of `name` among `known` ("" for none)."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

@@ -77,16 +77,21 @@ class Selection:
     skipped: tuple[str, ...] = ()  # opt-in recipes a build naming none leaves out
 
 
-def select_recipes(project, names: list[str]) -> Selection:
+def select_recipes(project, names: list[str], target: str | None = None) -> Selection:
     """The recipes named (all but the opt-in ones when none) plus their dependencies,
-    validated (lockfile, toolchain, every recipe)."""
+    validated (lockfile, toolchain, every recipe, and `target`'s overrides of them: what the
+    build of targets/TARGET.toml would load)."""
     from sglforge.inputs.pins import parse_lockfile
     from sglforge.inputs.recipes import left_out, load_recipes, select
+    from sglforge.inputs.targets import load_target
     from sglforge.inputs.toolchain import load_toolchain
 
     check_recipes(names, project.recipes_dir)
     lock = parse_lockfile(project.lockfile)
-    recipes = load_recipes(project.recipes_dir, lock, load_toolchain(project.toolchain))
+    chosen_target = load_target(project.root, target) if target else None
+    recipes = load_recipes(
+        project.recipes_dir, lock, load_toolchain(project.toolchain), chosen_target
+    )
     chosen = select(recipes, names)
     torch = any(
         recipes[n].requires_torch_abi or "torch" in recipes[n].build_requires for n in chosen

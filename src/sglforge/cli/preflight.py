@@ -75,7 +75,7 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:
         from sglforge.builder.devtree import check_dev_names
 
         check_dev_names(tuple(args.names))
-    selection = select_recipes(project, args.names)
+    selection = select_recipes(project, args.names, args.target)
     check_compiler_cache(ctx.settings)
     _check_host(project, selection)
     sandbox = _check_sandbox(args)
@@ -107,7 +107,7 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:
         raise SglforgeError(
             f"{reference} does not exist: nothing to verify ({how}); nothing was installed"
         )
-    selection = select_recipes(project, args.names)
+    selection = select_recipes(project, args.names, args.target)
     ctx.settings  # noqa: B018  (the config is valid)
     _check_host(project, selection)
     sandbox = _check_sandbox(args)
@@ -119,7 +119,7 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:
 def _plan(args: argparse.Namespace, ctx, fetch: bool) -> str:
     if not args.matrix:
         return "plan"
-    selection = select_recipes(ctx.project, [])
+    selection = select_recipes(ctx.project, [], getattr(args, "target", None))
     ctx.settings  # noqa: B018
     _check_host(ctx.project, selection, libraries=False)  # keys only: nothing is built
     return "plan --matrix"

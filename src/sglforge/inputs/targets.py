@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglforge.base.errors import SglforgeError
+from sglforge.base.errors import SglforgeError, did_you_mean
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml
 
 TARGET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -57,7 +57,7 @@ def load_target(project_root: Path, name: str) -> Target:
     if not path.is_file():
         known = sorted(p.stem for p in directory.glob("*.toml")) if directory.is_dir() else []
         raise SglforgeError(
-            f"--target {name}: no {path}",
+            f"--target {name}: no {path}{did_you_mean(name, known)}",
             hint="targets: " + (", ".join(known) or "none (add targets/<name>.toml)"),
         )
     data, text = load_toml(path)

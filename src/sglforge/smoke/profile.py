@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sglforge.base.errors import SglforgeError
+from sglforge.base.errors import SglforgeError, did_you_mean
 from sglforge.base.tomlfile import Problems, TableReader, key_line, load_toml, tomllib
 from sglforge.qualification import qualprofile
 from sglforge.qualification.qualprofile import (
@@ -168,7 +168,8 @@ def resolve_profile_path(profiles_dir: Path, name_or_path: str) -> Path:
     if not path.exists():
         known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
         raise SglforgeError(
-            f"no smoke profile '{name_or_path}' ({path} does not exist)",
+            f"no smoke profile '{name_or_path}' ({path} does not exist)"
+            f"{did_you_mean(name_or_path, known)}",
             hint=f"known profiles: {', '.join(known) or 'none'}",
         )
     return path
