@@ -142,6 +142,11 @@ def make_mirror(mirror: Path) -> dict[str, str]:
 
 
 def cuda_release() -> str:
+    if os.environ.get("CUDA_HOME") and not Path(os.environ["CUDA_HOME"], "bin", "nvcc").is_file():
+        raise DemoError(  # the user's choice: never passed over for /usr/local/cuda
+            f"CUDA_HOME={os.environ['CUDA_HOME']}: no bin/nvcc there; point it at a CUDA 12.8+ "
+            "toolkit, or unset it to use /usr/local/cuda or the nvcc on PATH"
+        )
     for nvcc in (
         os.environ.get("CUDA_HOME", "") + "/bin/nvcc",
         "/usr/local/cuda/bin/nvcc",

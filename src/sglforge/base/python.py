@@ -86,7 +86,11 @@ def find_python(
     pyenv_root: str | None = None,
 ) -> Path:
     """An interpreter of Python `version`, or an error saying where it looked and how to get
-    one."""
+    one. $SGLFORGE_TOOLCHAIN_PYTHON, when set, is the user's choice: it is used or refused
+    (missing, not runnable, another version), never passed over for another interpreter."""
+    chosen = os.environ.get(OVERRIDE)
+    if chosen:
+        return _chosen_python(chosen, version, purpose)
     for candidate in candidates(
         version, search_path=search_path, use_uv=use_uv, pyenv_root=pyenv_root
     ):
@@ -105,3 +109,22 @@ def find_python(
         "(Debian/Ubuntu; deadsnakes PPA on older releases)\n"
         f"  or point at one: {OVERRIDE}=/path/to/python{version}",
     )
+
+
+def _chosen_python(chosen: str, version: str, purpose: str) -> Path:
+    path = Path(chosen)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise SglforgeError(
+            f"{OVERRIDE}={chosen}: not an executable file (it names the interpreter for "
+            f"{purpose}; lockfiles/toolchain.toml `python` = {version})",
+            hint=f"point it at a python{version}, or unset it to search PATH, uv and pyenv",
+        )
+    found = major_minor(chosen)
+    if found != version:
+        what = f"Python {found}" if found else "not a working Python"
+        raise SglforgeError(
+            f"{OVERRIDE}={chosen}: {what}, but lockfiles/toolchain.toml pins python "
+            f"{version} for {purpose} (the wheels are built for exactly that version)",
+            hint=f"point it at a python{version}, or unset it to search PATH, uv and pyenv",
+        )
+    return path

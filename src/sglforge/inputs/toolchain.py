@@ -305,7 +305,16 @@ def find_cuda(
     candidates = []
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
-            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
+            # the user's choice: used or refused, never passed over for /usr/local/cuda
+            chosen = Path(os.environ[var]) / "bin" / "nvcc"
+            if not chosen.is_file():
+                raise SglforgeError(
+                    f"{var}={os.environ[var]}: no {chosen} (the CUDA toolkit to build with)",
+                    hint=f"point {var} at the CUDA {toolchain.cuda} toolkit, or unset it to use "
+                    "/usr/local/cuda or the nvcc on PATH",
+                )
+            candidates.append(chosen)
+            break
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
     on_path = shutil.which("nvcc")
     if on_path:
@@ -321,7 +330,14 @@ def find_cuda(
     nvcc = nvcc.resolve()
     text = _version_output(nvcc, ["--version"], None, versions)
     match = re.search(r"release ([0-9]+\.[0-9]+)", text)
-    release = match.group(1) if match else "unknown"
+    if match is None:  # a broken nvcc or wrapper: say what it printed, not "release unknown"
+        raise SglforgeError(
+            f"{nvcc} --version does not say its release: "
+            + (repr(text.strip()[-300:]) if text.strip() else "it printed nothing on stdout"),
+            hint="check that nvcc runs (a broken wrapper or a partial toolkit install?), or "
+            "set CUDA_HOME to a working toolkit",
+        )
+    release = match.group(1)
     if release != toolchain.cuda:
         raise SglforgeError(
             f"{toolchain.path}: pins CUDA {toolchain.cuda}, but {nvcc} is release {release}",
