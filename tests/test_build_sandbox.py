@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from sglforge.base.buildroot import SANDBOX_PATH
 from tests.fixtures import upstreams
 from tests.fixtures.project import SRC, FixtureProject, make_project
 
@@ -298,14 +300,25 @@ def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend)
         project.cache / "EVIL",
         project.config,
     ]
-    alive = root / "work" / "hostile" / "alive"
+    # the build sees its root at a fixed path (sandbox.PathView): the same targets there
+    inside = SANDBOX_PATH
+    writes += [
+        inside / "tools" / "bin" / "nvcc",
+        inside / "tools" / "bin" / "cc",
+        inside / "tools" / "ccache.conf",
+        inside / "src" / "purepy" / "setup.py",
+        inside / "work" / "purepy" / "EVIL",
+        inside / "logs" / "purepy.log",
+        inside / ".sglforge-build.lock",
+    ]
+    alive = root / "work" / "hostile" / "alive"  # written at its inside path
     attack = {
         "write": [str(p) for p in writes],
         "cache": str(project.cache),
         "config": str(project.config),
         "pytest_pid": os.getpid(),
         "port": listener.getsockname()[1],
-        "alive": str(alive),
+        "alive": str(inside / "work" / "hostile" / "alive"),
         "stage": backend,
     }
     _add_hostile(project, backend, attack)
@@ -362,8 +375,12 @@ def test_hostile_build_reaches_nothing_but_its_own_tree(tmp_path, mode, backend)
         if top in (project.root, project.cache):
             new = {n for n in new if n.rsplit("/", 1)[-1] in ("EVIL", "EVIL.whl")}
         assert not new, (top, new)
-    # secrets: the config file is not there at all, /etc/shadow is empty
-    assert report["reads"][str(project.config)].startswith("DENIED"), report["reads"]
+    # secrets: the config file is not there at all (its host path lies under /tmp, the
+    # step's private TMP inside: at most the attack reads back what it planted there itself),
+    # /etc/shadow is empty
+    config_read = report["reads"][str(project.config)]
+    assert config_read.startswith(("DENIED", "EVIL")), report["reads"]
+    assert SECRET not in config_read
     assert report["reads"]["/etc/shadow"] in ("", "DENIED PermissionError")
     assert SECRET not in json.dumps(report)
     # processes: only the build's own, neither pytest nor sglforge; its pid 1 is the
@@ -465,9 +482,9 @@ def test_no_sandbox_no_build_unless_the_risk_is_named(tmp_path):
 
 
 def test_a_build_root_reached_through_a_link_builds_in_the_sandbox(tmp_path):
-    """The build root (or the interpreter) behind a symlink (/home -> /data): the sandbox
-    binds each path where the environment names it and where it resolves to (a CMake that
-    resolves links), so a CMake + FetchContent build still works and reads its inputs."""
+    """The build root behind a symlink (/home -> /data): the build sees it at the fixed
+    path, whichever name the host used, once; a CMake + FetchContent build still works and
+    reads its inputs."""
     _sandbox_or_skip()
     project = make_project(tmp_path, ("fcdemo",))
     real = tmp_path / "disk" / "root"
@@ -478,8 +495,9 @@ def test_a_build_root_reached_through_a_link_builds_in_the_sandbox(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     log = (real / "logs" / "fcdemo.log").read_text()
     tree = "/src/fcdemo"
-    assert f"--bind {real}{tree} {real}{tree}" in log
-    assert f"--bind {real}{tree} {project.build_root}{tree}" in log
+    assert f"--bind {real}{tree} {SANDBOX_PATH}{tree} " in log
+    dests = re.findall(r"--(?:ro-)?bind \S+ (\S+)", log)
+    assert not [d for d in dests if d.startswith((str(real), str(project.build_root)))], dests
     assert [w["recipe"] for w in project.manifest()["wheels"]] == ["fcdemo"]
 
 

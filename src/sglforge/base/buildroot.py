@@ -21,13 +21,19 @@
                                     are unchanged (check/cache.py)
     <root>/.sglforge-build.lock     one build per root at a time
 
-The root is fixed and absolute: builds embed it (see builder/environment.py).
+Wherever the host keeps it, a sandboxed build sees its root at `SANDBOX_PATH`
+(builder/sandbox.py binds it there), so the paths a compiler embeds, the content key and the
+provenance do not depend on the host's disk layout. Only an `--unsafe-no-sandbox` build
+sees (and records) the host path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+# where every sandboxed build sees its build root (also the prefix maps' target)
+SANDBOX_PATH = Path("/sglforge-build")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Content keys: a wheel is rebuilt only when something that goes into it changed.
 
 key = sha256 of (pins of the upstream's closure, patch series bytes, recipe bytes, toolchain
-fingerprint: nvcc/compiler/cmake/python/installed build requirements, the build root (nvcc
+fingerprint: nvcc/compiler/cmake/python/installed build requirements, the build root as the
+build sees it (`key_root`: the sandbox's fixed /sglforge-build, whatever the host path; nvcc
 output depends on it), and the keys of the wheels it depends on). Not in the key: job counts,
 compiler cache, mirrors, where sglforge itself is checked out.
 
@@ -22,8 +23,9 @@ interpreter locations and compare bytes), and because the remote tier never trus
 by its address alone: the downloaded wheel must match `entry.json`'s sha256 and its stamped
 `content_key` must be the key looked up (builder/wheelcache.py). What the content key does
 hold still has to match across hosts: the pins, series, recipe, toolchain fingerprint
-(nvcc, compiler, cmake, Python, build requirements, torch) and the build root — CI runners
-therefore use the same toolchain image and the same `build-root`. `nox -s verify --
+(nvcc, compiler, cmake, Python, build requirements, torch) — CI runners therefore use the
+same toolchain image; their build roots may differ (a sandboxed build sees its root at a
+fixed path). `nox -s verify --
 --from-lock` is the guard against a poisoned entry: it rebuilds with no cache at all and
 compares with `lockfiles/wheels.lock`.
 """
@@ -37,6 +39,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge.base.buildroot import SANDBOX_PATH
 from sglforge.base.requirements import canonical_name
 from sglforge.inputs.pins import Lockfile
 from sglforge.inputs.recipes import Recipe
@@ -44,7 +47,7 @@ from sglforge.inputs.toolchain import ToolchainFingerprint
 from sglforge.patching.series import PatchSeries
 
 # Bump when sglforge changes how it builds or post-processes (changes outputs for same inputs).
-BUILD_FORMAT = 1
+BUILD_FORMAT = 2  # 2: the build root at a fixed path (builder/sandbox.py PathView)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,13 @@ def interpreter_abi() -> str:
 def remote_key(content_key: str, abi: str | None = None) -> str:
     where = {"key": content_key, "abi": abi or interpreter_abi(), "tier": "remote"}
     return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()
+
+
+def key_root(build_root: Path, unsandboxed: bool = False) -> Path:
+    """The build root as the build sees it, which is what its bytes can depend on: the
+    sandbox's fixed path (base/buildroot.py SANDBOX_PATH) wherever the host keeps it; the
+    host path only for an --unsafe-no-sandbox build."""
+    return build_root if unsandboxed else SANDBOX_PATH
 
 
 def compute_key(
@@ -116,7 +126,7 @@ def compute_key(
         ],
         "series": series.digest,
         "toolchain": toolchain,
-        "build_root": str(build_root),
+        "build_root": str(key_root(build_root, unsandboxed)),
         "depends": dict(sorted(dep_keys.items())),
     }
     if target is not None:  # the product's keys stay as they were; a target's differ

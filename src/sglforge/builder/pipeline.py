@@ -50,7 +50,7 @@ from sglforge.base.steps import Steps
 from sglforge.builder import compiler_cache, environment, prefixmap, sandbox
 from sglforge.builder.cacheproxy import CacheProxy
 from sglforge.builder.devtree import DevWorkspace, check_dev_names, state_config, sync_tree
-from sglforge.builder.key import BUILD_FORMAT, BuildKey, compute_key
+from sglforge.builder.key import BUILD_FORMAT, BuildKey, compute_key, key_root
 from sglforge.builder.mesonwraps import is_meson_project, place_wrap_inputs
 from sglforge.builder.scheduler import JobPlan, Machine, build_order, plan_jobs
 from sglforge.builder.wheelcache import (
@@ -585,7 +585,7 @@ def _provenance(
         cuda_archs=tuple(recipe.cuda_archs),
         requires_torch=ctx.toolchain.torch_public if recipe.requires_torch_abi else None,
         source_date_epoch=epoch,
-        build_root=str(ctx.settings.build_root),
+        build_root=str(key_root(ctx.settings.build_root, unsandboxed=ctx.sandbox is None)),
         content_key=key.value,
         target=ctx.options.target,
         substitutes=provenance_records(
@@ -805,8 +805,13 @@ def _frontend_command(
 
 
 def _sandboxed_build(
-    ctx: _Context, job: _WheelJob, cmd: list[str], work: Path, cache_setup: _CacheSetup
-) -> tuple[list[str], str]:
+    ctx: _Context,
+    job: _WheelJob,
+    cmd: list[str],
+    env: dict[str, str],
+    work: Path,
+    cache_setup: _CacheSetup,
+) -> tuple[list[str], dict[str, str], str]:
     """`_sandboxed` for this build: it writes its tree and work dir, and a compiler cache
     only when writable; it reads the FetchContent exports, the cache proxy and netbridge."""
     recipe, prepared, cache = job.recipe, job.prepared, ctx.options.compiler_cache
@@ -824,6 +829,7 @@ def _sandboxed_build(
         ctx,
         recipe,
         [*cache_setup.bridge, *cmd],
+        env,
         prepared.source_dir,
         [ctx.root.src(recipe.upstream), work, *writable_cache],
         inputs,
@@ -868,7 +874,7 @@ def _configure(ctx: _Context, job: _WheelJob) -> _Invocation:
     cmd = _frontend_command(ctx, job, values, dirs.dist)
     log = root.log(recipe.name)
     log.parent.mkdir(parents=True, exist_ok=True)
-    wrapped, described = _sandboxed_build(ctx, job, cmd, dirs.work, cache_setup)
+    wrapped, env, described = _sandboxed_build(ctx, job, cmd, env, dirs.work, cache_setup)
     _write_log_header(log, job, described, env)
     return _Invocation(cmd, wrapped, env, dirs.dist, log, cache_setup.stats_log, cache_setup.proxy)
 
@@ -877,20 +883,26 @@ def _sandboxed(
     ctx: _Context,
     recipe: Recipe,
     cmd: list[str],
+    env: dict[str, str],
     cwd: Path,
     writable: list[Path],
     inputs: list[Path],
-) -> tuple[list[str], str]:
-    """`cmd` in the build sandbox (builder/sandbox.py) and how the log describes it: writable
-    only `writable` and a private HOME/TMP; read-only the system, the interpreter, CUDA, the
-    tools dir, a wheelhouse and `inputs`. With --unsafe-no-sandbox: as the caller, in a
-    network namespace where one can be made."""
+) -> tuple[list[str], dict[str, str], str]:
+    """`cmd` in the build sandbox (builder/sandbox.py), its environment as the build sees it
+    (the build root at sandbox.SANDBOX_PATH) and how the log describes it: writable only
+    `writable` and a private HOME/TMP; read-only the system, the interpreter, CUDA, the
+    tools dir, a wheelhouse and `inputs`. With --unsafe-no-sandbox: as the caller, at the
+    host's paths, in a network namespace where one can be made."""
     root = ctx.root
     if ctx.sandbox is None:
         prefix = environment.network_isolation()
-        return [*prefix, *cmd], (
-            f"NONE ({sandbox.UNSAFE_FLAG}): the build runs as the caller, "
-            f"network isolation: {shlex.join(prefix) or 'proxies only'}"
+        return (
+            [*prefix, *cmd],
+            env,
+            (
+                f"NONE ({sandbox.UNSAFE_FLAG}): the build runs as the caller, "
+                f"network isolation: {shlex.join(prefix) or 'proxies only'}"
+            ),
         )
     readable = [
         root.tools_dir,
@@ -898,6 +910,7 @@ def _sandboxed(
         *([ctx.options.wheelhouse] if ctx.options.wheelhouse else []),
         *([ctx.cuda.home] if ctx.cuda else []),
     ]
+    view = sandbox.PathView(root.path)
     mounts = sandbox.Mounts(
         cwd=cwd,
         writable=tuple(writable),
@@ -906,8 +919,9 @@ def _sandboxed(
         home=root.home,
         tmp=root.tmp,
         secrets=secret_files(ctx.settings),
+        view=view,
     )
-    return ctx.sandbox.wrap(mounts, cmd), ctx.sandbox.describe()
+    return ctx.sandbox.wrap(mounts, cmd), view.env(env), ctx.sandbox.describe()
 
 
 def _compile(ctx: _Context, job: _WheelJob) -> None:

@@ -27,7 +27,9 @@ import shutil
 import sys
 from pathlib import Path
 
-BUILD_TARGET = "/sglforge-build"
+from sglforge.base.buildroot import SANDBOX_PATH
+
+BUILD_TARGET = str(SANDBOX_PATH)  # where the sandbox shows the build root too
 PREFIX_TARGET = "/sglforge-python/prefix"
 BASE_TARGET = "/sglforge-python/base"
 SYSTEM_PREFIXES = {"/", "/usr", "/usr/local", "/opt", "/bin"}

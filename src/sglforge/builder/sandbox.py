@@ -28,6 +28,11 @@ The filesystem is built up from nothing (a tmpfs root), not the host's root with
 - read-write: the build's own source tree and its work directory (dist/, build/, site/), the
   compiler cache's directory only for a writable cache, and a private HOME and TMP (fresh
   per step, at the build root's `home`/`tmp` paths and at `/tmp`);
+- at fixed paths: the build root (its tree, work dir, tools, HOME and TMP) is shown at
+  `/sglforge-build` (base/buildroot.py SANDBOX_PATH) wherever the host keeps it, and the
+  command, its working directory and its environment name it there (`PathView`). What a
+  compiler embeds (`__FILE__`, debug info, nvcc's per-file seeds and module ids), the content
+  key and the provenance are then the same at any host path;
 - not there at all: everything else — the checkout (`lockfiles/`, `wheels/`, sglforge's own
   sources), the source cache, the wheel caches, other builds' trees, `/root`, `/home`,
   `/run`, `/var`; and inside the bound directories, the secret files below are replaced by an
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -56,6 +62,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglforge.base.buildroot import SANDBOX_PATH
 from sglforge.base.errors import SglforgeError
 
 UNSAFE_FLAG = "--unsafe-no-sandbox"
@@ -119,6 +126,44 @@ class SandboxUnavailable(SglforgeError):
 
 
 @dataclass(frozen=True)
+class PathView:
+    """Where the sandbox shows host paths: the build root (as given and as resolved) at
+    `inside`; every other path where the host has it."""
+
+    host_root: Path
+    inside: Path = SANDBOX_PATH
+
+    def _roots(self) -> list[Path]:
+        given = Path(os.path.abspath(self.host_root))
+        real = Path(os.path.realpath(self.host_root))
+        return list(dict.fromkeys((given, real)))
+
+    def path(self, path: Path) -> Path:
+        """`path` as the build sees it."""
+        path = Path(os.path.abspath(path))
+        for root in self._roots():
+            if _under(path, root):
+                return self.inside / path.relative_to(root)
+        return path
+
+    def text(self, value: str) -> str:
+        """A command-line argument or environment value with every host build root in it (a
+        whole path component: not inside a longer name) renamed to `inside`."""
+        for root in sorted(self._roots(), key=lambda p: -len(str(p))):
+            if root == self.inside or str(root) == "/":
+                continue
+            value = re.sub(
+                r"(?<![\w.\-/])" + re.escape(str(root)) + r"(?![\w.\-])",
+                lambda _: str(self.inside),
+                value,
+            )
+        return value
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {name: self.text(value) for name, value in env.items()}
+
+
+@dataclass(frozen=True)
 class Mounts:
     """What one step's sandbox holds, besides the system directories and the interpreter."""
 
@@ -129,6 +174,7 @@ class Mounts:
     home: Path | None = None  # where the build sees HOME (the build root's `home`)
     tmp: Path | None = None  # where it sees TMPDIR (the build root's `tmp`), also at /tmp
     secrets: tuple[Path, ...] = field(default_factory=tuple)  # config file, netrc, …
+    view: PathView | None = None  # the build root at a fixed path (None: host paths)
 
 
 @dataclass(frozen=True)
@@ -145,16 +191,18 @@ class Bubblewrap:
         )
 
     def wrap(self, mounts: Mounts, cmd: list[str]) -> list[str]:
-        """`cmd` run inside a sandbox holding `mounts` (a fresh private HOME/TMP)."""
+        """`cmd` run inside a sandbox holding `mounts` (a fresh private HOME/TMP); its
+        arguments and working directory as the build sees them (`mounts.view`)."""
+        view = mounts.view
         return [
             self.path,
             *NAMESPACES,
             *HARDENING,
             *filesystem(mounts),
             "--chdir",
-            str(mounts.cwd),
+            str(view.path(mounts.cwd) if view else mounts.cwd),
             "--",
-            *cmd,
+            *([view.text(a) for a in cmd] if view else cmd),
         ]
 
 
@@ -185,10 +233,15 @@ def filesystem(mounts: Mounts) -> list[str]:
         binds.append(("--bind", source, dest))
     for source, dest in _readable(mounts, [dest for _, dest in writable]):
         binds.append(("--ro-bind", source, dest))
+    hidden = [(src, dest) for _, src, dest in binds]  # host layout, for the secret masks
+    if mounts.view is not None:
+        shown = mounts.view
+        binds = [(option, source, shown.path(dest)) for option, source, dest in binds]
+        binds = list(dict.fromkeys(binds))  # a root bound as given and resolved: once
     binds.sort(key=lambda b: len(b[2].parts))  # a child mount after its parent's
     for option, source, dest in binds:
         args += [option, str(source), str(dest)]
-    args += _masks([b[2] for b in binds], mounts.secrets)
+    args += _masks(hidden, mounts.secrets, mounts.view)
     # the tmpfs root itself: a write outside the binds is an error, not a silent no-op
     return [*args, "--remount-ro", "/"]
 
@@ -232,20 +285,24 @@ def _readable(mounts: Mounts, writable: list[Path]) -> list[tuple[Path, Path]]:
     return chosen
 
 
-def _masks(bound: list[Path], secrets: Iterable[Path]) -> list[str]:
-    """Secret files inside bound directories: an empty file (/dev/null) or directory in
-    their place."""
+def _masks(
+    bound: list[tuple[Path, Path]], secrets: Iterable[Path], view: PathView | None = None
+) -> list[str]:
+    """Secret files inside bound directories (`bound`: host source, host-side destination):
+    an empty file (/dev/null) or directory in their place, where the build sees them."""
     args: list[str] = []
     candidates = [Path(p) for p in (*SECRET_FILES, *SECRET_DIRS)]
     candidates += [Path(os.path.realpath(p)) for p in secrets]
-    tops = [Path("/etc"), *bound]
+    tops = [(Path("/etc"), Path("/etc")), *bound]
     for path in candidates:
-        if not os.path.lexists(path) or not any(_under(path, top) for top in tops):
+        if not os.path.lexists(path):
             continue
-        if path.is_dir() and not path.is_symlink():
-            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        elif path.is_file() and not path.is_symlink():
-            args += ["--ro-bind", "/dev/null", str(path)]
+        where = [dest / path.relative_to(src) for src, dest in tops if _under(path, src)]
+        for shown in dict.fromkeys(view.path(w) if view else w for w in where):
+            if path.is_dir() and not path.is_symlink():
+                args += ["--tmpfs", str(shown), "--remount-ro", str(shown)]
+            elif path.is_file() and not path.is_symlink():
+                args += ["--ro-bind", "/dev/null", str(shown)]
     return args
 
 
