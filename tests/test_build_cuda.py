@@ -21,9 +21,10 @@ pytestmark = pytest.mark.cuda
 
 
 def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
-    """Two clean builds at the same fixed build root (wiped in between), the second from a
+    """Two clean builds, the second at another build root (deeper, another name), from a
     different copy of the project and of sglforge itself and with a fresh cache, give
-    byte-identical wheels for the pure-Python and the CUDA package."""
+    byte-identical wheels for the pure-Python and the CUDA package: the sandbox shows every
+    build its root at /sglforge-build, and that is the root the key and provenance record."""
     project = make_project(tmp_path, ("purepy", "cudaext"))
     first = project.run("build")
     assert first.returncode == 0, first.stderr
@@ -33,6 +34,7 @@ def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
     assert cuda["version"] == "0.3.0+sm120.cu130.e3b0c442"
     assert cuda["provenance"]["cuda_archs"] == ["sm_120a"]
     assert cuda["provenance"]["toolchain"]["cuda"] == "13.0"
+    assert cuda["provenance"]["build_root"] == "/sglforge-build"
 
     # the CUDA wheel installs offline from the lock and its library loads; __FILE__ is
     # prefix-mapped away from the build root
@@ -48,6 +50,7 @@ def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
     assert source == "/sglforge-build/src/cudaext/src/vecadd.cu"
 
     shutil.rmtree(project.build_root)
+    project.build_root = tmp_path / "elsewhere" / "a-much-longer-name" / "build-root"
     other_root = tmp_path / "checkout2" / "project"
     shutil.copytree(project.root, other_root)
     shutil.rmtree(other_root / "wheels")
