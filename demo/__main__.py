@@ -260,6 +260,7 @@ def _run(workdir: Path, started: float) -> int:
     sglforge(paths, "verify", "--out", str(verify_out))
     sglforge(paths, "check")
     bundle = sglforge(paths, "bundle", "--out", str(workdir / "dist"))
+    bundle = next(line for line in bundle.splitlines() if line.startswith("bundle: wrote"))
     wheels = sorted((paths["project"] / "wheels").glob("*.whl"))
     print(f"\ndemo: done in {time.monotonic() - started:.0f}s. Artifacts:")
     for wheel in wheels:

@@ -17,11 +17,15 @@ import pytest
 
 from tests.smoke.conftest import build_wheelset, make_wheel
 
+PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
 
 def _project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     (root / "lockfiles").mkdir(parents=True)
     (root / "lockfiles" / "upstreams.toml").write_text("")
+    # the Python the bundle is for: this one, so that a venv of it installs the bundle
+    (root / "lockfiles" / "toolchain.toml").write_text(f'cuda = "13.0"\npython = "{PYTHON}"\n')
     (root / "patches" / "sglang").mkdir(parents=True)
     (root / "patches" / "sglang" / "series").write_text("0001-x.patch\n")
     (root / "patches" / "sglang" / "0001-x.patch").write_text("--- a\n+++ b\n")
@@ -51,7 +55,10 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     archive = _archive(root)
     assert archive.name.startswith("sglforge-stack-0.5.99+sm120.cu130.abcd1234-")
-    assert [p.name for p in (root / "dist").iterdir()] == [archive.name]  # no temp left
+    assert sorted(p.name for p in (root / "dist").iterdir()) == [
+        archive.name,
+        archive.name + ".anchor.json",
+    ]  # no temp left
     with tarfile.open(archive) as tar:
         names = tar.getnames()
         top = names[0]
@@ -339,4 +346,9 @@ def test_rebundling_removes_the_temporary_a_killed_bundle_left(tmp_path: Path) -
     mine.write_text("keep me\n")
     assert _bundle(root, "--wheelhouse", str(root / "wheelhouse")).returncode == 0
     assert not left.exists()
-    assert sorted(p.name for p in dist.iterdir()) == [".notes.tmp", _archive(root).name]
+    archive = _archive(root).name
+    assert sorted(p.name for p in dist.iterdir()) == [
+        ".notes.tmp",
+        archive,
+        archive + ".anchor.json",
+    ]

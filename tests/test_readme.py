@@ -104,9 +104,18 @@ NOT_RUN: dict[str, str] = {
     "pip download --no-deps --only-binary :all: --python-version 3.12 --require-hashes '$(for' "
     "v in '$(seq' 17 '28);' do echo --platform 'manylinux_2_${v}_x86_64;' 'done)' --platform "
     "manylinux2014_x86_64 --platform any -r lockfiles/runtime.lock -d WHEELHOUSE": "downloads ~3.2 GB from PyPI; run by hand on the committed runtime.lock (189 wheels)",
-    "nox -s bundle -- --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_bundle.py",
-    "tar xzf 'sglforge-stack-<version>.tar.gz' && python3.12 -m venv venv": "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
-    "'sglforge-stack-<version>/install.sh' venv/bin/python": "serving-host install of a bundle; tests/test_bundle.py runs install.sh",
+    "nox -s bundle -- --wheelhouse WHEELHOUSE/ --sign-key KEY": "needs built wheels; "
+    "tests/test_bundle_anchor.py signs a fixture bundle with a configured key",
+    "ssh-keygen -Y verify -f allowed_signers -I sglforge -n sglforge-bundle -s "
+    "'$A.anchor.json.sig' '<' '$A.anchor.json'": "serving-host check of a bundle's anchor; "
+    "tests/test_bundle_anchor.py runs this ssh-keygen verify",
+    "grep -q '\"archive_sha256\": \"$(sha256sum < $A | cut -c1-64)\"' '$A.anchor.json'": "serving-host "
+    "check of a bundle archive against its anchor",
+    "tar xzf '$A' && python3.12 -m venv venv": "serving-host install of a bundle; "
+    "tests/test_bundle.py runs install.sh",
+    "'sglforge-stack-<version>/install.sh' --anchor '$A.anchor.json' --allowed-signers "
+    "allowed_signers venv/bin/python": "serving-host install of a bundle; "
+    "tests/test_bundle_anchor.py runs install.sh with a signed anchor",
     "nox -s publish -- /srv/sglforge-index --wheelhouse WHEELHOUSE/": "needs built wheels; tests/test_publish.py publishes fixture stacks",
     "python3 -m http.server --bind 10.0.0.5 8080 --directory /srv/sglforge-index": "serves an index; tests/test_publish.py serves one on 127.0.0.1",
     "pip install --require-hashes --only-binary :all: --index-url http://10.0.0.5:8080/simple "

@@ -76,6 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write .tar.zst (needs the zstandard package) instead of .tar.gz",
     )
+    p.add_argument(
+        "--sign-key",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="SSH private key that signs the anchor (ssh-keygen -Y sign, namespace "
+        "sglforge-bundle; default: the `sign-key` setting, SGLFORGE_SIGN_KEY)",
+    )
     p.set_defaults(func=run_bundle)
 
 
@@ -157,7 +165,12 @@ def run_bundle(args: argparse.Namespace, ctx) -> int:
     from sglforge.wheel.bundle import BundleOptions, write_bundle
 
     project = ctx.project
-    path = write_bundle(
+    if args.sign_key is not None:
+        sign_key, origin = args.sign_key.absolute(), "--sign-key"
+    else:
+        settings = ctx.settings
+        sign_key, origin = settings.sign_key, f"sign-key ({settings.origin('sign-key')})"
+    written = write_bundle(
         project,
         BundleOptions(
             wheels_dir=args.wheels_dir or project.wheels_dir,
@@ -167,7 +180,20 @@ def run_bundle(args: argparse.Namespace, ctx) -> int:
             name=args.name,
             stack_version=args.stack_version,
             zstd=args.zstd,
+            sign_key=sign_key,
+            sign_key_origin=origin,
         ),
     )
-    print(f"bundle: wrote {path}")
+    print(f"bundle: archive sha256 {written.archive_sha256}  {written.archive.name}")
+    print(f"bundle: SHA256SUMS sha256 {written.sums_sha256} (install.sh --sha256sums)")
+    print(
+        f"bundle: anchor {written.anchor} ("
+        + (
+            f"signed: {written.signature.name}, namespace sglforge-bundle"
+            if written.signature
+            else "unsigned: no sign-key configured"
+        )
+        + f"; for Python {written.python})"
+    )
+    print(f"bundle: wrote {written.archive}")
     return 0

@@ -15,6 +15,8 @@ entries replace the file's for the same prefix.
     cache-dir = "/var/cache/sglforge"       # SGLFORGE_CACHE_DIR, --cache-dir
     build-root = "/opt/sglforge-build"      # SGLFORGE_BUILD_ROOT, --build-root (absolute)
     mem-available = "24GiB"                 # SGLFORGE_MEM_AVAILABLE: the scheduler's budget
+    sign-key = "~/.ssh/sglforge_ed25519"    # SGLFORGE_SIGN_KEY, bundle --sign-key: signs
+                                            #   bundle anchors (wheel/bundle.py)
     [mirrors]                               # --mirror UPSTREAM=MIRROR
     "https://github.com/" = "/srv/mirrors/github/"
     [compiler-cache]                        # present: `build` uses ccache (builder/compiler_cache.py)
@@ -188,6 +190,13 @@ class Settings:
         env="SGLFORGE_MEM_AVAILABLE",
         doc="memory budget of the compile scheduler (default: /proc/meminfo MemAvailable)",
     )
+    # the SSH key (ssh-keygen -Y sign) that signs a bundle's trust anchor (wheel/bundle.py)
+    sign_key: Path | None = key(
+        "sign-key",
+        default=None,
+        env="SGLFORGE_SIGN_KEY",
+        doc="SSH private key that signs bundle anchors (ssh-keygen -Y sign; default: unsigned)",
+    )
     mirrors: tuple[Mirror, ...] = field(default_factory=tuple)
     compiler_cache: CompilerCacheSettings = field(default_factory=CompilerCacheSettings)
     wheel_cache: WheelCacheSettings = field(default_factory=WheelCacheSettings)
@@ -317,7 +326,12 @@ def _to_bool(raw: Any) -> bool | Refused:
     return Refused("expected 1/0, true/false, yes/no or on/off")
 
 
-CONVERT = {"cache_dir": _to_path, "build_root": _to_abs_path, "mem_available": _to_size}
+CONVERT = {
+    "cache_dir": _to_path,
+    "build_root": _to_abs_path,
+    "mem_available": _to_size,
+    "sign_key": _to_path,
+}
 CLI_FLAGS = {"cache_dir": "--cache-dir", "build_root": "--build-root"}
 
 
@@ -703,6 +717,8 @@ def describe_settings(settings: Settings, searched: Path | None = None) -> str:
         value = getattr(settings, f.name)
         if f.name == "mem_available":
             shown = "MemAvailable (/proc/meminfo)" if value is None else _show_size(value)
+        elif value is None:
+            shown = "(none)"
         else:
             shown = str(value)
         rows.append((spec.name, shown, settings.origin(spec.name)))

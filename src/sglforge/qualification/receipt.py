@@ -148,20 +148,22 @@ def write_receipt(run_dir: Path, receipt: dict[str, Any], sign_key: Path | None 
     return path
 
 
-def sign(path: Path, key: Path) -> Path:
-    """`ssh-keygen -Y sign`: RECEIPT.sig beside it (no network, no agent needed); without
-    ssh-keygen, the same signature made with `cryptography` (Ed25519 keys)."""
+def sign(path: Path, key: Path, namespace: str = NAMESPACE) -> Path:
+    """`ssh-keygen -Y sign -n NAMESPACE`: PATH.sig beside it (no network, no agent needed);
+    without ssh-keygen, the same signature made with `cryptography` (Ed25519 keys). A receipt
+    is signed for `sglforge-receipt`, a bundle's anchor (wheel/bundle.py) for
+    `sglforge-bundle`: a signature made for one is never valid as the other."""
     keygen = shutil.which("ssh-keygen")
     if keygen is None:
         if importlib.util.find_spec("cryptography") is not None:
-            return sign_sshsig(path, key)
+            return sign_sshsig(path, key, namespace)
         raise SglforgeError(
             "ssh-keygen not found and the `cryptography` library is not "
-            "importable: cannot sign the receipt",
+            f"importable: cannot sign {path.name}",
             hint="install openssh-client or cryptography, or run without --sign-key",
         )
     out = subprocess.run(
-        [keygen, "-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(path)],
+        [keygen, "-Y", "sign", "-f", str(key), "-n", namespace, str(path)],
         capture_output=True,
         text=True,
         check=False,
@@ -183,7 +185,7 @@ def _ssh_string(data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-def sign_sshsig(path: Path, key: Path) -> Path:
+def sign_sshsig(path: Path, key: Path, namespace_name: str = NAMESPACE) -> Path:
     """`ssh-keygen -Y sign -n sglforge-receipt` without ssh-keygen: an OpenSSH Ed25519 private
     key (unencrypted) signs through `cryptography`; RECEIPT.sig holds the SSHSIG armour
     ssh-keygen writes (PROTOCOL.sshsig)."""
@@ -208,7 +210,7 @@ def sign_sshsig(path: Path, key: Path) -> Path:
     )
     public_blob = base64.b64decode(public_line.split()[1])
     message = hashlib.new(SSHSIG_HASH, path.read_bytes()).digest()
-    namespace = NAMESPACE.encode()
+    namespace = namespace_name.encode()
     signed = (
         SSHSIG_MAGIC
         + _ssh_string(namespace)
