@@ -102,3 +102,29 @@ def host_view(*, hide: tuple[Path, ...] = (), offline: bool = False) -> list[str
         prefix.append("--unshare-net")
     probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
     return [*prefix, "--"] if probe.returncode == 0 else None
+
+
+def in_mount_namespace(setup: str, *args: str) -> list[str] | None:
+    """A command prefix: `setup` (sh, with $1.. = `args`) runs as root in a mount namespace of
+    its own (a small tmpfs, a read-only bind mount), then the command. None where that cannot
+    be made here (not root, no unshare): the caller skips."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return None
+    script = f'{setup} && shift {len(args)} && exec "$@"'
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *args]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+    return prefix if probe.returncode == 0 else None
+
+
+def read_only(directory: Path) -> list[str] | None:
+    """Run with `directory` read-only (a bind mount over itself), in a mount namespace."""
+    return in_mount_namespace(
+        'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1"', str(directory)
+    )
+
+
+def small_disk(directory: Path, size: str) -> list[str] | None:
+    """Run with a tmpfs of `size` (e.g. "8m") mounted at `directory`: a disk that fills."""
+    return in_mount_namespace('mount -t tmpfs -o size="$2" tmpfs "$1"', str(directory), size)

@@ -116,3 +116,126 @@ def test_an_explicit_setting_that_cannot_be_used_is_an_error(tmp_path, case):
     assert message in out, out
     assert "release unknown" not in out, out
     assert INSTALLING not in out and "Traceback" not in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# item 5: a read-only build root is refused by the preflight; a full disk is named
+
+
+def test_a_read_only_build_root_is_refused_before_fetching_or_installing(tmp_path):
+    from tests.helpers import read_only
+
+    root, fixture = _project(tmp_path)
+    _config_with_mirror(fixture)
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    prefix = read_only(locked)
+    if prefix is None:
+        pytest.skip("needs root and unshare (a read-only bind mount)")
+    build_root = locked / "build-root"
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", "build"]
+        + ["--", "--build-root", str(build_root)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=_env(fixture),
+        check=False,
+        timeout=240,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert (
+        f"error: build root (cli: --build-root) {build_root} is not writable: Read-only file system"
+    ) in out, out
+    assert "exported" not in out and INSTALLING not in out and "Traceback" not in out, out
+
+
+def test_a_full_disk_is_named_in_the_headline_of_the_failed_build(tmp_path):
+    from tests.fixtures import upstreams
+    from tests.fixtures.project import make_project
+    from tests.helpers import small_disk
+
+    fixture = make_project(tmp_path)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    prefix = small_disk(disk, "12m")
+    if prefix is None:
+        pytest.skip("needs root and unshare (a small tmpfs)")
+    upstreams.make_patch(  # the build writes 64 MiB into its tree: more than the disk holds
+        fixture.mirror / "org" / "purepy",
+        "0001-fill.patch",
+        {
+            "setup.py": "from setuptools import setup\n"
+            "open('filler.bin', 'wb').write(b'x' * (64 << 20))\nsetup()\n"
+        },
+        "Fill the disk during the build",
+        fixture.root / "patches" / "purepy",
+    )
+    (fixture.root / "patches" / "purepy" / "series").write_text("0001-fill.patch\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("SGLFORGE_PROJECT", None)
+    args = fixture.args()
+    args[args.index("--build-root") + 1] = str(disk / "build-root")
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "sglforge", *args, "build"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=fixture.root,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stderr
+    headline = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    assert headline.startswith("error: build of purepy failed (exit 1): the disk is full"), (
+        result.stderr
+    )
+    assert f"under the build root {disk / 'build-root'}" in headline, headline
+    assert "Traceback" not in result.stderr.split("--- last 40 lines")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# item 14: small ones
+
+
+@pytest.mark.parametrize("verb", [("config",), ("plan",), ("build-requirements",)])
+def test_a_closed_pipe_is_no_traceback(verb):
+    """`sglforge config | head -1`: the reader closes the pipe at once; sglforge's output is
+    larger than what it reads."""
+    env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: every write fails with EPIPE
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(ROOT), *verb],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    os.close(write)
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141, proc.stderr
+
+
+def test_a_relative_build_root_on_the_command_line_is_resolved(tmp_path):
+    from tests.fixtures.project import make_project
+
+    fixture = make_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    result = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--project", str(fixture.root), "config"]
+        + ["--build-root", "rel/root"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("build-root"))
+    assert f"= {tmp_path / 'rel' / 'root'} " in line and "cli: --build-root" in line, line

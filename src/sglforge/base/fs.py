@@ -295,3 +295,21 @@ def copy_tree_inside(src: Path, dest: Path, what: str, *, ignore: tuple[str, ...
         os.chmod(target, stat.S_IMODE(mode) & 0o777)
 
     copy_dir((), os.fspath(dest), top.st_mode)
+
+
+def check_writable(path: Path, what: str) -> None:
+    """`path` (a directory, made if missing) can be written: a read-only mount, a file in
+    the way or a missing permission is an SglforgeError naming `what` now, not an OSError
+    mid-build."""
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".sglforge-write-probe-"):
+            pass
+    except OSError as exc:
+        raise SglforgeError(
+            f"{what} {path} is not writable: {exc.strerror or exc}",
+            hint="choose another directory (--build-root DIR, or build-root in the config), "
+            "or make this one writable",
+        ) from None

@@ -950,11 +950,11 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
         )
         print(f"    {job.cache_stats.describe()}", flush=True)
     if rc != 0:
+        tail = log_tail(run.log, LOG_TAIL_LINES)
         raise SglforgeError(
-            f"build of {recipe.name} failed (exit {rc})\n"
+            f"build of {recipe.name} failed (exit {rc}){_why_failed(ctx, tail)}\n"
             f"command: {shlex.join(run.cmd)}\n  in {prepared.source_dir}\n"
-            f"log: {run.log}\n--- last {LOG_TAIL_LINES} lines of the log ---\n"
-            f"{log_tail(run.log, LOG_TAIL_LINES)}"
+            f"log: {run.log}\n--- last {LOG_TAIL_LINES} lines of the log ---\n{tail}"
         )
     built = sorted(run.dist.glob("*.whl"))
     if len(built) != 1:
@@ -963,6 +963,20 @@ def _compile(ctx: _Context, job: _WheelJob) -> None:
             f"{[p.name for p in built] or 'none'} (log: {run.log})"
         )
     job.built = built[0]
+
+
+def _why_failed(ctx: _Context, tail: str) -> str:
+    """A cause the log names that the user fixes outside the code (a full disk), for the
+    headline: it is easy to miss 40 lines down."""
+    if "No space left on device" in tail or "[Errno 28]" in tail:
+        import shutil
+
+        free = shutil.disk_usage(ctx.root.path).free
+        return (
+            f": the disk is full (No space left on device; {free / 2**20:.0f} MiB free under "
+            f"the build root {ctx.root.path} now): free space or choose another --build-root"
+        )
+    return ""
 
 
 @functools.cache

@@ -214,6 +214,19 @@ def _quiet(enabled: bool):
         yield
 
 
+def _os_error(exc: OSError) -> str:
+    """One line for an OSError sglforge did not expect: what, where, and the usual fix."""
+    import errno
+
+    where = f"{exc.filename}: " if exc.filename else ""
+    text = f"{where}{exc.strerror or exc}"
+    if exc.errno == errno.ENOSPC:
+        return f"{text}: the disk is full; free space there and run again"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{text}: not writable here; choose another directory or fix its permissions"
+    return f"{text} (run with -v for the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -223,12 +236,25 @@ def main(argv: list[str] | None = None) -> int:
     secret_env = scrub_environment()
     try:
         with signals_as_exceptions(), _quiet(args.quiet):
-            return int(args.func(args, Context(args, secret_env, parse_verb_args)) or 0)
+            code = int(args.func(args, Context(args, secret_env, parse_verb_args)) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handlers below
+            return code
+    except BrokenPipeError:
+        # `sglforge config | head -1`: the reader has all it wanted. No traceback, and none
+        # at exit either (stdout now goes nowhere); 141 = 128 + SIGPIPE, like git or cat.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except SglforgeError as exc:
         if args.verbose:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status  # 2: bad input; 1: a failed build (BuildFailed)
+    except OSError as exc:
+        # what sglforge itself could not read or write (a full disk, a read-only directory)
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {_os_error(exc)}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, Terminated) as exc:
         # Everything the verb started has been stopped by now (procgroup.py); one line.
         code, name = interrupt_exit(exc)

@@ -45,6 +45,14 @@ def _check_host(project, selection: Selection, libraries: bool = True) -> None:
         hostdeps.check(selection.host_requires)
 
 
+def _check_build_root(settings) -> None:
+    """The build root can be written (a read-only or foreign one fails here, in seconds)."""
+    from sglforge.base.fs import check_writable
+
+    origin = settings.origin("build-root")
+    check_writable(settings.build_root, f"build root ({origin})")
+
+
 def _fetch(selection: Selection, ctx) -> None:
     from sglforge.cli.sources import run_fetch
 
@@ -77,6 +85,7 @@ def _build(args: argparse.Namespace, ctx, fetch: bool) -> str:
         check_dev_names(tuple(args.names))
     selection = select_recipes(project, args.names, args.target)
     check_compiler_cache(ctx.settings)
+    _check_build_root(ctx.settings)
     _check_host(project, selection)
     sandbox = _check_sandbox(args)
     if fetch:
@@ -108,7 +117,7 @@ def _verify(args: argparse.Namespace, ctx, fetch: bool) -> str:
             f"{reference} does not exist: nothing to verify ({how}); nothing was installed"
         )
     selection = select_recipes(project, args.names, args.target)
-    ctx.settings  # noqa: B018  (the config is valid)
+    _check_build_root(ctx.settings)
     _check_host(project, selection)
     sandbox = _check_sandbox(args)
     if fetch:

@@ -641,11 +641,9 @@ def load_settings(
     config_origin = f"config: {path}"
     cli_layer: dict[str, Any] = {"cache_dir": cache_dir}
     if build_root is not None:
-        value = _to_abs_path(build_root)
-        if isinstance(value, str):
-            raise SglforgeError(
-                f"build root {build_root} must be an absolute path (builds embed it)"
-            )
+        # on the command line a relative path is the user's shell's: resolved, not refused
+        value = _to_abs_path(os.path.abspath(os.path.expanduser(build_root)))
+        assert isinstance(value, Path)
         cli_layer["build_root"] = value
     defaults = {"cache_dir": default_cache_dir(environ), "build_root": DEFAULT_BUILD_ROOT}
     values, by_field = merge_layers(
