@@ -632,3 +632,54 @@ def test_check_python_must_be_major_minor(stack: Stack, value: str) -> None:
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"expected MAJOR.MINOR like 3.12, got '{value}'" in proc.stderr
+
+
+def _hints(result) -> list[str]:
+    return [f"{f.check}: {f.message}" for f in result.findings.of("hint")]
+
+
+def test_partial_set_names_the_missing_wheels_never_lock_runtime(stack: Stack) -> None:
+    """Issue 32 item 4: with sgl-deep-gemm not built, `lock-runtime` would derive runtime.in
+    from sglang alone (pinning sgl-deep-gemm as third-party, dropping what it needs); the
+    check names the missing recipe and says to build it instead."""
+    from sglforge.wheel import runtime
+
+    source = stack.root / "lockfiles" / "runtime.in"
+    source.write_text(
+        runtime.GENERATED_MARKER + "\napache-tvm-ffi==0.1.11\nrequests\ntorch==2.13.0\n"
+    )
+    write = stack.write
+    lock = stack.root / "lockfiles" / "runtime.lock"
+
+    def with_lock_header() -> None:  # a runtime.lock lock-runtime made from this runtime.in
+        write()
+        header = f"# input-sha256: {runtime.input_digest(source.read_text())}\n# python: 3.12\n"
+        lock.write_text(header + lock.read_text())
+
+    stack.write = with_lock_header
+    full = stack.check()
+    assert errors(full) == [] and not any("lock-runtime" in h for h in _hints(full))
+
+    def without_deep_gemm() -> None:
+        with_lock_header()
+        wheels = stack.root / "wheels"
+        next(wheels.glob("sgl_deep_gemm-*.whl")).unlink()
+        manifest = json.loads((wheels / "manifest.json").read_text())
+        manifest["wheels"] = [w for w in manifest["wheels"] if w["name"] == "sglang"]
+        (wheels / "manifest.json").write_text(json.dumps(manifest))
+
+    stack.write = without_deep_gemm
+    partial = stack.check()
+    assert (
+        "resolution: sglang 0.5.21+cu130.abcdef12 requires sgl-deep-gemm==0.2.0 — not built "
+        "(no wheel of recipes/sgl-deep-gemm.toml)"
+    ) in errors(partial)
+    hints = _hints(partial)
+    assert (
+        "resolution: partial set: missing sgl-deep-gemm (recipes/sgl-deep-gemm.toml): build it "
+        "(`nox -s build -- sgl-deep-gemm`); a recipe's wheel is never a pin in runtime.lock"
+    ) in hints
+    assert any(
+        h.startswith("resolution: runtime.in not compared") and "sgl-deep-gemm" in h for h in hints
+    ), hints
+    assert not any("run `nox -s lock-runtime`" in h or "add the missing" in h for h in hints)

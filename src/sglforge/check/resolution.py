@@ -64,7 +64,13 @@ def active_requirements(
     return active
 
 
-def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
+def check_resolution(
+    stack: Stack, target: Target, findings: Findings, *, unbuilt: dict[str, str] | None = None
+) -> None:
+    """`unbuilt`: canonical name -> recipe file of the project's recipes with no wheel here
+    (check/run.py); a requirement on one of those is a wheel to build, never a pin to add to
+    runtime.lock, and the hint says which."""
+    unbuilt = unbuilt or {}
     found = providers(stack)
     for name, provs in sorted(found.items()):
         if len(provs) > 1:
@@ -73,6 +79,7 @@ def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
     queue = [(wheel, frozenset()) for wheel in stack.wheels]
     seen: set[tuple[str, frozenset[str]]] = set()
     gaps = conflicts = 0
+    not_built: dict[str, str] = {}
     while queue:
         wheel, extras = queue.pop(0)
         if (wheel.name, extras) in seen:
@@ -82,6 +89,12 @@ def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
             name = canonical_name(req.name)
             provs = found.get(name, [])
             asked = f"{wheel.label}{'[' + ','.join(sorted(extras)) + ']' if extras else ''}"
+            if not provs and name in unbuilt:
+                not_built[name] = unbuilt[name]
+                findings.error(
+                    PART, f"{asked} requires {req} — not built (no wheel of {unbuilt[name]})"
+                )
+                continue
             if not provs:
                 gaps += 1
                 findings.error(
@@ -103,6 +116,15 @@ def check_resolution(stack: Stack, target: Target, findings: Findings) -> None:
                     queue.append((prov.wheel, frozenset(canonical_name(e) for e in req.extras)))
                 elif req.extras and prov.wheel is None:
                     pass  # a locked third-party package: its extras are the resolver's job
+    if not_built:
+        names = sorted(not_built)
+        findings.hint(
+            PART,
+            "partial set: missing "
+            + ", ".join(f"{n} ({not_built[n]})" for n in names)
+            + f": build {'them' if len(names) > 1 else 'it'} (`nox -s build -- {' '.join(names)}`);"
+            f" a recipe's wheel is never a pin in {stack.runtime_lock.name}",
+        )
     if gaps or conflicts:
         findings.hint(
             PART,

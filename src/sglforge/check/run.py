@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
+from sglforge.base.requirements import canonical_name
 from sglforge.check.abi import check_abi
 from sglforge.check.api import KERNEL_MODULES, check_api
 from sglforge.check.findings import Findings
@@ -58,13 +59,16 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
         options.wheels_dir or project.wheels_dir, options.runtime_lock or project.runtime_lock
     )
     policy = load_policy(options.waivers or project.root / "lockfiles" / WAIVERS)
-    check_resolution(stack, target, findings)
-    if options.runtime_lock is None:
-        check_runtime_lock_fresh(project, stack, target, findings)
-    check_api(stack, list(policy.waivers), findings, options.kernel_modules, aliases=policy.aliases)
+    recipes = lock = None
     if toolchain is not None and project.recipes_dir.is_dir():
         lock = parse_lockfile(project.lockfile)
         recipes = load_recipes(project.recipes_dir, lock, toolchain)
+    unbuilt = unbuilt_recipes(stack, recipes or {})
+    check_resolution(stack, target, findings, unbuilt=unbuilt)
+    if options.runtime_lock is None:
+        check_runtime_lock_fresh(project, stack, target, findings, recipes or {}, unbuilt)
+    check_api(stack, list(policy.waivers), findings, options.kernel_modules, aliases=policy.aliases)
+    if recipes is not None:
         check_recipes(recipes, lock, findings)
         check_wheels(stack, recipes, lock, findings)
     else:
@@ -73,11 +77,35 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
     return CheckResult(findings, target, [w.file.name for w in stack.wheels])
 
 
-def check_runtime_lock_fresh(project: Project, stack, target: Target, findings: Findings) -> None:
+def unbuilt_recipes(stack, recipes: dict) -> dict[str, str]:
+    """Canonical name -> recipe file of each recipe of the project (opt-in ones aside: they
+    are built only by name) with no wheel in the stack: what a partial set lacks."""
+    built = {canonical_name(w.recipe or w.name) for w in stack.wheels} | {
+        w.name for w in stack.wheels
+    }
+    return {
+        canonical_name(r.name): f"recipes/{r.path.name}"
+        for r in sorted(recipes.values(), key=lambda r: r.name)
+        if not r.opt_in and canonical_name(r.name) not in built
+    }
+
+
+def check_runtime_lock_fresh(
+    project: Project,
+    stack,
+    target: Target,
+    findings: Findings,
+    recipes: dict,
+    unbuilt: dict[str, str],
+) -> None:
     """runtime.lock must be what `lock-runtime` makes of runtime.in today (error), and
     runtime.in's generated part what the built wheels' metadata derives (hint: resolution
     above already fails on anything the lock lacks). Projects without runtime.in keep a
-    hand-written lock: nothing to compare."""
+    hand-written lock: nothing to compare.
+
+    runtime.in is derived from the whole set; a partial set (a recipe not built) derives
+    less, and `lock-runtime` on it would drop what the unbuilt wheels need. So on a partial
+    set the hint names the missing wheels instead and nothing is compared."""
     from sglforge.wheel import runtime
 
     source = runtime.input_path(project)
@@ -87,13 +115,23 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target, findings: 
     if stale:
         findings.error("resolution", f"stale lock: {stale}")
     built = [w for w in stack.wheels if w.provenance is not None]
+    if built and unbuilt:
+        findings.hint(
+            "resolution",
+            f"{source.name} not compared with the wheels' metadata: it is derived from the "
+            f"whole set and this one has no wheel for {_listed(unbuilt)}; build "
+            f"{'them' if len(unbuilt) > 1 else 'it'} (`nox -s build -- {' '.join(unbuilt)}`) "
+            "before any `lock-runtime`",
+        )
+        return
     if built:
         metadata = [runtime.read_metadata(w.file) for w in built]
+        ours = {w.name for w in built} | {canonical_name(r.name) for r in recipes.values()}
         try:
             drift = runtime.runtime_input_is_stale(
                 source,
                 metadata,
-                {w.name for w in built},
+                ours,
                 target.python,
                 target.torch and target.torch.split("+", 1)[0],
             )
@@ -102,6 +140,10 @@ def check_runtime_lock_fresh(project: Project, stack, target: Target, findings: 
             return
         if drift:
             findings.hint("resolution", drift)
+
+
+def _listed(unbuilt: dict[str, str]) -> str:
+    return ", ".join(f"{name} ({path})" for name, path in unbuilt.items())
 
 
 def render(result: CheckResult) -> str:
