@@ -1,7 +1,8 @@
 """Issue 23 (the first hour, second round): `nox -s …` as a user types it is as careful as the
 bare `sglforge` command. Every test runs the real nox (or `python -m sglforge`) on the fixture
-project; none installs the toolchain: pip is pointed at no index (PIP_NO_INDEX), so reaching an
-install shows as "installing" in the output and a quick pip failure."""
+project; none installs the toolchain: pip is pointed at no index (PIP_NO_INDEX; SGLFORGE_INDEX at an
+empty directory for the hash-pinned installs, which ignore PIP_*), so reaching an install
+shows as "installing" in the output and a quick pip failure."""
 
 from __future__ import annotations
 
@@ -78,8 +79,12 @@ def _env(fixture: FixtureProject, **extra: str) -> dict[str, str]:
         if k not in ("SGLFORGE_TOOLCHAIN_PYTHON", "SGLFORGE_CONFIG", "SGLFORGE_PROJECT")
         and not k.startswith("PIP_")
     }
+    no_index = fixture.root.parent / "no-index"  # the hash-pinned installs' index: empty
+    no_index.mkdir(exist_ok=True)
     env.update(
         SGLFORGE_CONFIG=str(fixture.config),
+        SGLFORGE_INDEX=str(no_index),
+        SGLFORGE_TORCH_INDEX=str(no_index),
         PIP_NO_INDEX="1",
         PIP_DISABLE_PIP_VERSION_CHECK="1",
         SGLFORGE_TOOLCHAIN_PYTHON=sys.executable,

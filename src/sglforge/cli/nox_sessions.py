@@ -31,6 +31,9 @@ from sglforge.base.errors import SglforgeError
 HELP = ("-h", "--help")
 # Per-session toolchain venvs of older noxfiles (~5 GB each), replaced by the shared one.
 OLD_TOOLCHAIN_VENVS = ("build-toolchain", "verify-toolchain", "matrix-toolchain")
+# the checkout this module is in (noxfile.py imports it from its src/): what is installed
+# into the toolchain venv, with its pyproject.toml and lockfiles/sglforge.lock
+SGLFORGE_CHECKOUT = Path(__file__).resolve().parents[3]
 
 
 def _forwarded(signum: int) -> bool:
@@ -290,6 +293,7 @@ def install_toolchain(
             "error: lockfiles/toolchain.lock does not match toolchain.toml:"
             "\n  " + "\n  ".join(problems),
         )
+    self_lock_fits(session, root, lock, toolchain)
     venv = toolchain_venv(root)
     for old in stale_toolchain_venvs(root, venv):
         session.log(f"removing {old} (a toolchain venv of another toolchain.lock)")
@@ -310,8 +314,16 @@ def install_toolchain(
         )
     except toolchain_lock.LockError as exc:
         exit_with(session, 2, f"error: {exc}")
+    from sglforge.builder import selflock
+
+    # sglforge first: its dependencies and build backend hash-pinned (lockfiles/sglforge.lock),
+    # itself from this checkout without deps or an index (builder/selflock.py)
+    env = toolchain_lock.pip_env()  # not merged with ours: no PIP_* from outside gets in
     session.log(f"installing sglforge into {venv} (shared by build, verify and matrix)")
-    session.run(str(venv_python), "-m", "pip", "install", "--quiet", str(root), external=True)
+    index = toolchain_lock.index_args(toolchain_lock.index_for("build", toolchain.index, None))
+    tmp = Path(session.create_tmp())
+    for command in selflock.install_commands(str(venv_python), SGLFORGE_CHECKOUT, index, tmp):
+        session.run(*command, env=env, include_outer_env=False, external=True)
     size = (
         "~130 MB build tools + ~3 GB torch and CUDA libraries (~5 GB installed)"
         if torch
@@ -320,10 +332,34 @@ def install_toolchain(
     session.log(
         f"installing lockfiles/toolchain.lock ({size}; docs/build-host.md: what the first run downloads)"
     )
-    env = toolchain_lock.pip_env()
-    for command in commands:  # env: not merged with ours, so no PIP_* from outside gets in
+    for command in commands:
         session.run(*command, env=env, include_outer_env=False, external=True)
     return str(venv_python)
+
+
+def self_lock_fits(session: Any, root: Path, lock: Any, toolchain: Any) -> None:
+    """lockfiles/sglforge.lock covers pyproject.toml's requirements on the toolchain Python
+    and, when the project is this checkout, agrees with its toolchain.lock (another project
+    brings its own build tools); else exit 2 naming each gap, before any install."""
+    from sglforge.builder import selflock
+
+    same = root.resolve() == SGLFORGE_CHECKOUT
+    try:
+        toolchain_pins = {
+            entry.name: entry.version
+            for entries in (lock.sections.values() if same else ())
+            for entry in entries
+        }
+        problems = selflock.lock_problems(SGLFORGE_CHECKOUT, toolchain.python, toolchain_pins)
+    except SglforgeError as exc:
+        exit_with(session, 2, f"error: {exc}")
+    if problems:
+        exit_with(
+            session,
+            2,
+            f"error: lockfiles/{selflock.LOCK} does not fit pyproject.toml / toolchain.lock:"
+            "\n  " + "\n  ".join(problems) + "\nhint: regenerate it as its header says",
+        )
 
 
 def demo(session: Any, root: Path) -> None:
