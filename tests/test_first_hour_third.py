@@ -239,3 +239,42 @@ def test_a_relative_build_root_on_the_command_line_is_resolved(tmp_path):
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("build-root"))
     assert f"= {tmp_path / 'rel' / 'root'} " in line and "cli: --build-root" in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# item 10: a build whose sources cannot be fetched lists every one, with the hint that fits
+
+
+@pytest.mark.parametrize("mirror", [False, True])
+def test_unfetchable_sources_are_all_listed_with_a_hint_that_fits(tmp_path, mirror):
+    from tests.fixtures import upstreams
+
+    root, fixture = _project(tmp_path, names=("purepy", "usespy"))
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    if mirror:  # a mirror rule that applies, to a mirror that lacks the repositories
+        fixture.config.write_text(f'[mirrors]\n"{upstreams.MIRROR_PREFIX}" = "{empty}/"\n')
+    else:
+        fixture.config.write_text("")
+    result = _nox(
+        root,
+        "build",
+        "usespy",
+        "--cache-dir",
+        str(fixture.cache),
+        "--build-root",
+        str(fixture.build_root),
+        env=_env(fixture),
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert "cannot fetch 2 of 2 source(s):" in out, out
+    assert "  - purepy: cannot fetch https://example.invalid/org/purepy" in out, out
+    assert "  - usespy: cannot fetch https://example.invalid/org/usespy" in out, out
+    assert "--bundle FILE" in out and "--from-bundle FILE" in out, out
+    if mirror:
+        assert "went to a mirror (https://example.invalid/) that does not hold them" in out
+        assert "add a mirror" not in out, out
+    else:
+        assert "2 match no mirror rule" in out and "add a mirror" in out, out
+    assert INSTALLING not in out and "Traceback" not in out, out

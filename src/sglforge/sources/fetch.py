@@ -45,6 +45,13 @@ class FetchReport:
     substituted: list[str] = field(default_factory=list)  # [substitutes]: not fetched
 
 
+# The hint of a source that could not be reached; fetch_failures replaces it with one that
+# knows which mirror rules applied.
+UNREACHABLE = (
+    "check the URL, your network, or add a mirror (--mirror or [mirrors] in the config file)"
+)
+
+
 def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeError:
     """git fetch failed: say which source, show git's whole stderr and any missing object.
 
@@ -68,8 +75,7 @@ def _fetch_failure(want: GitWant, settings: Settings, procs: list) -> SglforgeEr
             "the mirror or repository is incomplete or corrupt; repair it (e.g. fetch it "
             "again from upstream)"
             if missing
-            else "check the URL, your network, or add a mirror (--mirror or [mirrors] in the "
-            "config file)"
+            else UNREACHABLE
         ),
     )
 
@@ -247,7 +253,6 @@ def fetch_sources(
     series, which never reach into submodules or FetchContent archives.
     Offline, nothing is fetched; every missing item is listed in one error.
     """
-    from sglforge.sources.sdist import fetch_sdist
     from sglforge.sources.substitute import substitutes_for
 
     cache = SourceCache(settings.cache_dir)
@@ -261,41 +266,26 @@ def fetch_sources(
             f"({sub.origin}: {sub.reason})"
         )
     pins = [p for p in pins if p.name not in substitutes]
+    failed: list[tuple[str, SglforgeError]] = []  # (URL, why): every one, not the first
     with cache.locked():
         cache.remove_partial_downloads()  # a killed run's; under the lock, nobody else's
         for pin in pins:
-            label = f"{pin.name} {pin.short}"
-            if pin.is_git:
-                state = fetch_commit(
-                    cache,
-                    GitWant(pin.url, pin.commit, pin.name),
-                    settings,
-                    offline,
-                    ref_hint=pin.ref,
-                )
-                if state == "missing":
-                    report.missing.append(f"{pin.name}: commit {pin.commit} from {pin.url}")
-                    continue
-                verify_git_pin(cache, pin)
-            elif pin.sdist is not None:
-                state = fetch_sdist(cache, pin, settings, offline, lock)
-                if state == "missing":
-                    report.missing.append(
-                        f"{pin.name}: sdist {pin.sdist} sha256 {pin.sha256} from the package index"
-                    )
-                    continue
-            else:
-                state = fetch_tarball(cache, pin, settings, offline)
-                if state == "missing":
-                    report.missing.append(f"{pin.name}: sha256 {pin.sha256} from {pin.url}")
-                    continue
-            getattr(report, state).append(label)
+            try:
+                _fetch_pin(cache, pin, settings, offline, lock, report)
+            except SglforgeError as exc:
+                failed.append((pin.url or "", exc))
         for want in extra:
-            state = fetch_commit(cache, want, settings, offline)
+            try:
+                state = fetch_commit(cache, want, settings, offline)
+            except SglforgeError as exc:
+                failed.append((want.url, exc))
+                continue
             if state == "missing":
                 report.missing.append(f"{want.label}: commit {want.commit} from {want.url}")
             else:
                 getattr(report, state).append(f"{want.label} {want.commit[:12]}")
+        if failed:
+            raise fetch_failures(failed, len(pins) + len(extra), settings)
         if report.missing:
             raise SglforgeError(
                 f"offline: {len(report.missing)} source(s) missing from the cache "
@@ -307,6 +297,91 @@ def fetch_sources(
             if pin.is_git and with_children:
                 report.warnings += check_submodule_pins(lock, cache, pin)
     return report
+
+
+BUNDLE_ROUTE = (
+    "an air-gapped host: `nox -s fetch -- --bundle FILE` on a connected host, then "
+    "`nox -s fetch -- --from-bundle FILE` here; `nox -s fetch -- --offline` lists what the "
+    "cache lacks"
+)
+
+
+def fetch_failures(
+    failed: list[tuple[str, SglforgeError]], total: int, settings: Settings
+) -> SglforgeError:
+    """One error for every source that could not be fetched, with a hint that fits: a mirror
+    is suggested only for URLs no mirror rule matches; the bundle route always."""
+    urls = [url for url, _ in failed if url]
+    mirrored = [u for u in urls if settings.resolve_url(u) != u]
+    unmirrored = [u for u in urls if settings.resolve_url(u) == u]
+    hints = []
+    if mirrored:
+        rules = sorted(
+            {
+                m.upstream
+                for m in settings.mirrors
+                if any(u.startswith(m.upstream) for u in mirrored)
+            }
+        )
+        hints.append(
+            f"{len(mirrored)} went to a mirror ({', '.join(rules)}) that does not hold them: "
+            "update the mirror"
+        )
+    if unmirrored:
+        hints.append(
+            f"{len(unmirrored)} match no mirror rule: check your network, or add a mirror "
+            "(--mirror UPSTREAM=MIRROR or [mirrors] in the config file)"
+        )
+    hints.append(BUNDLE_ROUTE)
+    if len(failed) == 1:
+        exc = failed[0][1]
+        return SglforgeError(
+            exc.args[0], hint="\n  ".join(hints) if exc.hint in (UNREACHABLE, None) else exc.hint
+        )
+    lines = [f"  - {_one_line(exc)}" for _, exc in failed]
+    return SglforgeError(
+        f"cannot fetch {len(failed)} of {total} source(s):\n" + "\n".join(lines),
+        hint="\n  ".join(hints),
+    )
+
+
+def _one_line(exc: SglforgeError) -> str:
+    """What went wrong with one source: the message's first line and the tool's own error
+    line (git's first fatal:/error:, else its last)."""
+    lines = [line.strip() for line in exc.args[0].splitlines() if line.strip()]
+    said = [line for line in lines[1:] if line.startswith(("fatal:", "error:"))] or lines[-1:]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} {said[0]}"
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _fetch_pin(
+    cache: SourceCache, pin: Pin, settings: Settings, offline: bool, lock: Lockfile, report
+) -> None:
+    """Fetch and check one pin into the cache; its state goes into `report`."""
+    from sglforge.sources.sdist import fetch_sdist
+
+    label = f"{pin.name} {pin.short}"
+    if pin.is_git:
+        state = fetch_commit(
+            cache, GitWant(pin.url, pin.commit, pin.name), settings, offline, ref_hint=pin.ref
+        )
+        if state == "missing":
+            report.missing.append(f"{pin.name}: commit {pin.commit} from {pin.url}")
+            return
+        verify_git_pin(cache, pin)
+    elif pin.sdist is not None:
+        state = fetch_sdist(cache, pin, settings, offline, lock)
+        if state == "missing":
+            report.missing.append(
+                f"{pin.name}: sdist {pin.sdist} sha256 {pin.sha256} from the package index"
+            )
+            return
+    else:
+        state = fetch_tarball(cache, pin, settings, offline)
+        if state == "missing":
+            report.missing.append(f"{pin.name}: sha256 {pin.sha256} from {pin.url}")
+            return
+    getattr(report, state).append(label)
 
 
 def verify_git_pin(cache: SourceCache, pin: Pin) -> str:
