@@ -132,3 +132,30 @@ def test_compiler_cache_wraps_nvcc_without_changing_the_wheel(tmp_path):
     assert (
         int(hits.get("direct_cache_hit", "0")) + int(hits.get("preprocessed_cache_hit", "0")) >= 3
     )  # the .cu files
+
+
+def test_verify_from_lock_on_a_fresh_clone_at_another_path(tmp_path):
+    """The committed lock is the record anyone can check: a fresh `git clone` of the project
+    (no wheels/, another checkout path, another build root, an empty cache) rebuilds every
+    wheel of lockfiles/wheels.lock and finds the recorded bytes."""
+    project = make_project(tmp_path, ("purepy", "cudaext"))
+    built = project.run("build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (project.root / ".gitignore").write_text("/wheels/\n")
+    for cmd in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "record"],
+    ):
+        subprocess.run(["git", *cmd], cwd=project.root, check=True)
+    clone = tmp_path / "another" / "checkout" / "project"
+    subprocess.run(["git", "clone", "-q", str(project.root), str(clone)], check=True)
+    assert not (clone / "wheels").exists()
+    project.build_root = tmp_path / "another-host-disk" / "root"
+    ok = project.run("verify", "--from-lock", root=clone, cache=tmp_path / "empty-cache")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    recorded = {
+        e["name"]: e["version"] for e in project.manifest()["wheels"]
+    }  # the first checkout's manifest
+    for name in ("purepy", "cudaext"):
+        assert f"identical  {name}=={recorded[name]}" in ok.stdout, ok.stdout
