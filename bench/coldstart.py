@@ -1,7 +1,7 @@
 """Issue 34 item 5: bench/coldstart-h200.json from the smoke reports of one H200 visit.
 
     python bench/coldstart.py OUT.json empty=RUN_DIR artifact=RUN_DIR second_start=RUN_DIR \
-        [--home NAME=DIR ...] [--note TEXT]
+        [NAME=RUN_DIR ...] [--home NAME=DIR ...] [--rootdiff JSON] [--importtime TXT] [--note TEXT]
 
 Each RUN_DIR holds the smoke-report.json of one start (bench/h200-kit/cs-chain.sh): `empty` is
 `sglforge warm` (every JIT root empty, fresh run directory and HOME), `artifact` a smoke with
@@ -57,7 +57,7 @@ def home_files(home: Path, limit: int = 40) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    out, runs, homes, notes = Path(argv[0]), {}, {}, []
+    out, runs, homes, notes, extra = Path(argv[0]), {}, {}, [], {}
     words = iter(argv[1:])
     for word in words:
         if word == "--home":
@@ -65,6 +65,10 @@ def main(argv: list[str]) -> int:
             homes[name] = home_files(Path(folder))
         elif word == "--note":
             notes.append(next(words))
+        elif word == "--rootdiff":  # what the artifact run changed in its root
+            extra["artifact_root_after_run"] = json.loads(Path(next(words)).read_text())
+        elif word == "--importtime":  # python -X importtime, largest cumulative first
+            extra["importtime_top"] = Path(next(words)).read_text().splitlines()
         else:
             name, _, folder = word.partition("=")
             runs[name] = run_record(Path(folder))
@@ -101,6 +105,7 @@ def main(argv: list[str]) -> int:
             ),
         },
         "home_after": homes,
+        **extra,
         "notes": notes,
     }
     out.write_text(json.dumps(document, indent=2, default=str) + "\n")

@@ -7,7 +7,7 @@ while [ $(( $(date +%s) - T0 )) -lt $WAIT ]; do
     sleep 5
 done
 cat $C/status; cat $C/collect.log 2>/dev/null
-cp $C/coldstart-h200.json $C/logs.tar.xz $C/importtime-top.txt $OUT/ 2>/dev/null
-for r in empty artifact second; do tail -n 25 $C/$r.log; done
+cp $C/coldstart-h200.json $C/logs.tar.xz $C/importtime-top.txt $C/rootdiff-artifact.json $OUT/ 2>/dev/null
+for r in empty artifact second lazy; do tail -n 25 $C/$r.log; done
 ls -la $OUT
 echo "call 2 done after $(( $(date +%s) - T0 )) s"

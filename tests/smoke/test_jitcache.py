@@ -102,8 +102,12 @@ def test_packing_is_reproducible_and_lists_every_file(tmp_path: Path) -> None:
         ["triton/ab12/kernel.json", "cuda/ComputeCache/index", "triton/ab12/kernel.cubin",
          "flashinfer/.cache/flashinfer/0.6.12/90/cached_ops/norm/norm.so",
          "tvm_ffi/sgl_kernel_jit_silu/sgl_kernel_jit_silu.so"], reverse=True))  # fmt: skip
-    for path in two.rglob("*"):
-        os.utime(path, (time.time() - 86400, time.time() - 86400))
+    # The same files with the same times, written in another order at another moment: the
+    # same bytes (the members' own mtimes are fixed; the manifest keeps each file's, below).
+    for tree in (one, two):
+        for path in tree.rglob("*"):
+            if path.is_file():
+                os.utime(path, ns=(1_700_000_000_123_456_789,) * 2)
     for tree in (one, two):
         (tree / "triton" / "ab12" / "kernel.cubin.lock").write_text("")  # skipped: lock files
         (tree / "triton" / "link").symlink_to("/etc/passwd")  # skipped: links
@@ -130,6 +134,9 @@ def test_packing_is_reproducible_and_lists_every_file(tmp_path: Path) -> None:
 
 def test_round_trip_restores_the_files_with_their_modes(tmp_path: Path) -> None:
     make_caches(tmp_path / "caches")
+    for number, path in enumerate(sorted((tmp_path / "caches").rglob("*"))):
+        if path.is_file():
+            os.utime(path, ns=(1_600_000_000_000_000_007 + number * 1_000_000_123,) * 2)
     packed = jitcache.pack(tmp_path / "caches", KEY, tmp_path / "out")
     manifest = jitcache.read_manifest(packed.path)
     assert jitcache.check_key(manifest, KEY).matches
@@ -142,6 +149,12 @@ def test_round_trip_restores_the_files_with_their_modes(tmp_path: Path) -> None:
             assert copy.read_bytes() == path.read_bytes()
             assert copy.stat().st_mode & 0o777 == (0o755 if path.stat().st_mode & 0o100 else 0o644)
     assert (root / jitcache.ROOT_MARKER).read_text().strip() == KEY.digest
+    # Each file gets back its own mtime: flashinfer's ninja rebuilds what .ninja_deps saw
+    # with another time (measured on the H200).
+    for path in (tmp_path / "caches").rglob("*"):
+        if path.is_file():
+            copy = root / path.relative_to(tmp_path / "caches")
+            assert copy.stat().st_mtime_ns == path.stat().st_mtime_ns
     # A root sglforge made is replaced on the next unpack; a stranger's is not.
     (root / "triton" / "stale").write_text("old")
     jitcache.unpack(packed.path, manifest, root)
@@ -189,6 +202,16 @@ def _manifest_key_edited(name, info, data):
     return [(info, data)]
 
 
+def _bad_mtime(name, info, data):
+    if name != jitcache.MANIFEST:
+        return [(info, data)]
+    document = json.loads(data)
+    document["files"][0]["mtime_ns"] = -5
+    data = json.dumps(document).encode()
+    info.size = len(data)
+    return [(info, data)]
+
+
 def _traversal(name, info, data):
     extra = [(_info("roots/triton/../../../escaped", size=1), b"x")] if name == CUBIN else []
     return [(info, data), *extra]
@@ -228,6 +251,7 @@ def _device(name, info, data):
     [
         (_tampered_content, f"member '{CUBIN}' has sha256"),
         (_manifest_key_edited, "'key_digest' is not the digest of 'key'"),
+        (_bad_mtime, "files[0]: 'mtime_ns' must be a non-negative integer"),
         (_traversal, "member 'roots/triton/../../../escaped'"),
         (_symlink, "member 'roots/triton/evil' is a symlink"),
         (_hardlink, "member 'roots/triton/hard' is a hard link"),

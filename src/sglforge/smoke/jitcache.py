@@ -228,10 +228,23 @@ def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> 
 
 def pack(root: Path, key: JitKey, out_dir: Path) -> Packed:
     """Pack the cache roots under `root` into `out_dir/jitcache-<key16>.tar.gz`: reproducible
-    (the same files give the same bytes), written through a temporary file and a rename."""
+    (the same files give the same bytes), written through a temporary file and a rename.
+
+    Members carry the fixed MTIME; the manifest records each file's own mtime (`mtime_ns`) and
+    unpacking restores it. Measured on the H200 (bench/coldstart-h200.json): flashinfer runs
+    ninja on every load, and ninja rebuilds an output whose mtime differs from what its
+    `.ninja_deps` recorded, so a cache unpacked with new mtimes recompiled flashinfer's norm
+    (~30 s of the first batch). SGLang's tvm-ffi and Triton caches are content-addressed and
+    do not care."""
     files, skipped = _collect(root)
     entries = [
-        {"path": rel, "sha256": file_sha256(path), "size": path.stat().st_size, "mode": mode}
+        {
+            "path": rel,
+            "sha256": file_sha256(path),
+            "size": path.stat().st_size,
+            "mode": mode,
+            "mtime_ns": path.stat().st_mtime_ns,
+        }
         for rel, path, mode in files
     ]
     manifest = {
@@ -276,6 +289,7 @@ class Manifest:
     key: dict[str, object]
     key_digest: str
     files: dict[str, tuple[str, int]]  # member name -> (sha256, size)
+    mtimes: dict[str, int] = field(default_factory=dict)  # member name -> st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -316,6 +330,7 @@ def _parse_manifest(data: bytes, label: str) -> Manifest:
     if key_digest(key) != digest:
         raise refuse("'key_digest' is not the digest of 'key' (the manifest was changed)")
     listed: dict[str, tuple[str, int]] = {}
+    mtimes: dict[str, int] = {}
     for number, entry in enumerate(files):
         if not (
             isinstance(entry, dict)
@@ -329,7 +344,12 @@ def _parse_manifest(data: bytes, label: str) -> Manifest:
         if entry["path"] in listed:
             raise refuse(f"files[{number}]: {entry['path']!r} is listed twice")
         listed[entry["path"]] = (entry["sha256"], entry["size"])
-    return Manifest(key, digest, listed)
+        mtime = entry.get("mtime_ns")
+        if mtime is not None:
+            if type(mtime) is not int or not 0 <= mtime < 1 << 63:
+                raise refuse(f"files[{number}]: 'mtime_ns' must be a non-negative integer")
+            mtimes[entry["path"]] = mtime
+    return Manifest(key, digest, listed, mtimes)
 
 
 def read_manifest(artifact: Path) -> Manifest:
@@ -448,6 +468,9 @@ def _write_members(
                 continue
             where.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             _write_checked(archive, member, where, manifest.files[member.name][0], label)
+            mtime = manifest.mtimes.get(member.name)
+            if mtime is not None:  # ninja-built caches (flashinfer) compare them: see pack()
+                os.utime(where, ns=(mtime, mtime), follow_symlinks=False)
             seen.add(member.name)
     return seen
 
