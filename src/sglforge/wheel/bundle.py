@@ -556,9 +556,9 @@ def write_bundle(project, opts: BundleOptions) -> WrittenBundle:
     from sglforge.wheel.wheelset import load_wheelset, refuse_local_only
 
     check_sign_key(opts)
-    python = bundle_python(project)
     wheelset = load_wheelset(opts.wheels_dir, opts.lock)  # manifest, lock and files agree
     refuse_local_only(wheelset.wheels, "bundle")
+    python = bundle_python(project)
     pins, problems = parse_pinned(read_input_text(opts.lock))
     if problems:
         raise ConfigErrors(opts.lock, problems)
