@@ -1575,3 +1575,32 @@ def summarize(report: BuildReport) -> str:
     for name, seconds in report.steps.timings():
         lines.append(f"  {name:<40} {seconds:7.2f}s")
     return "\n".join(lines)
+
+
+def summary_document(report: BuildReport) -> dict:
+    """What `summarize` prints, as `build --json`'s body (docs/reference.md)."""
+    return {
+        "wheels": [
+            {
+                "recipe": w.recipe,
+                "name": w.name,
+                "version": w.version,
+                "file": w.path.name,
+                "sha256": w.sha256,
+                "content_key": w.key,
+                "source": w.source,  # local / remote (wheel cache tiers) / built
+                "seconds": round(w.seconds, 3),
+                "uploaded": w.uploaded,
+                "dev": w.dev,
+            }
+            for w in report.wheels
+        ],
+        "wheel_cache": {
+            **{s: sum(w.source == s for w in report.wheels) for s in ("local", "remote", "built")},
+            "uploaded": sum(w.uploaded for w in report.wheels),
+        },
+        "compiler_cache": report.compiler_cache,
+        "steps": [
+            {"name": name, "seconds": round(seconds, 3)} for name, seconds in report.steps.timings()
+        ],
+    }

@@ -75,10 +75,16 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
     out += _tree_lines(lock, all_series, settings, substitutes)
     out.append("")
     out.append(f"steps (cache {settings.cache_dir}, build root {settings.build_root}):")
-    step = 0
+    steps = _source_steps(lock, settings, all_series) + _build_steps(project, lock, target)
+    out += [f"  {number}. {line}" for number, line in enumerate(steps, 1)]
+    return "\n".join(out)
+
+
+def _source_steps(lock: Lockfile, settings: Settings, all_series: dict) -> list[str]:
+    """fetch, export and apply, per upstream: the first steps of a build."""
+    steps = []
     for upstream in lock.upstreams():
         closure = lock.closure(upstream.name)
-        step += 1
         subs = [p for p in closure if p.is_submodule]
         deps = [p for p in closure if p.fetchcontent]
         extra = []
@@ -86,20 +92,71 @@ def render_plan(project: Project, settings: Settings, target: str | None = None)
             extra.append(f"{len(subs)} submodule(s)")
         if deps:
             extra.append(f"{len(deps)} FetchContent archive(s)")
-        out.append(
-            f"  {step}. fetch {upstream.name} @ {upstream.short}"
+        steps.append(
+            f"fetch {upstream.name} @ {upstream.short}"
             + (f" with {', '.join(extra)}" if extra else "")
         )
-        step += 1
-        out.append(f"  {step}. export to {BuildRoot(settings.build_root).src(upstream.name)}")
+        steps.append(f"export to {BuildRoot(settings.build_root).src(upstream.name)}")
         series = all_series[upstream.name]
         if series.entries:
-            step += 1
-            out.append(f"  {step}. apply {len(series.entries)} patch(es), one commit each")
-    for line in _build_steps(project, lock, target):
-        step += 1
-        out.append(f"  {step}. {line}")
-    return "\n".join(out)
+            steps.append(f"apply {len(series.entries)} patch(es), one commit each")
+    return steps
+
+
+def plan_document(project: Project, settings: Settings, target: str | None = None) -> dict:
+    """`plan --json`'s body (docs/reference.md, "Machine-readable output"): the pins, each
+    upstream's series with digests, and the steps, as `plan` prints them."""
+    from sglforge.sources.substitute import substitutes_for
+
+    lock = parse_lockfile(project.lockfile)
+    if target is not None:
+        from sglforge.inputs.targets import load_target
+
+        load_target(project.root, target)  # an unknown target is the same error as in text
+    substitutes = substitutes_for(lock, settings)
+    all_series = {u.name: load_series(project, u.name) for u in lock.upstreams()}
+    pins = [
+        {
+            "name": pin.name,
+            "url": pin.url,
+            "commit": pin.commit,
+            "sha256": pin.sha256,
+            "ref": pin.ref,
+            "parent": pin.parent,
+            "path": pin.path,
+            "fetchcontent": pin.fetchcontent,
+            "sdist": pin.sdist,
+            "substituted_by": str(substitutes[pin.name].path) if pin.name in substitutes else None,
+        }
+        for pin in lock.pins
+    ]
+    series = {
+        name: {
+            "patchset8": s.patchset8 if s.entries else None,
+            "entries": [
+                {
+                    "kind": "backport",
+                    "name": e.label,
+                    "url": e.url,
+                    "sha256": e.sha256,
+                    "exclude": list(e.excludes),
+                }
+                if isinstance(e, Backport)
+                else {"kind": "patch", "name": e.name, "sha256": e.digest}
+                for e in s.entries
+            ],
+        }
+        for name, s in all_series.items()
+    }
+    steps = _source_steps(lock, settings, all_series) + _build_steps(project, lock, target)
+    return {
+        "target": target,
+        "cache_dir": str(settings.cache_dir),
+        "build_root": str(settings.build_root),
+        "pins": pins,
+        "series": series,
+        "steps": steps,
+    }
 
 
 def _tree_lines(

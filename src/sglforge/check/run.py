@@ -169,3 +169,20 @@ def render(result: CheckResult) -> str:
         + ", ".join(f"{p} {n} error(s)" if n else f"{p} ok" for p, n in counts.items())
     )
     return "\n".join(lines)
+
+
+def document(result: CheckResult) -> dict:
+    """`check --json`'s body (docs/reference.md, "Machine-readable output")."""
+    target = result.target
+    return {
+        "ok": result.ok,
+        "target": {"python": target.python, "torch": target.torch, "machine": target.machine},
+        "wheels": list(result.wheels),
+        "parts": {
+            part: {"errors": sum(1 for f in result.findings.errors if f.check == part)}
+            for part in PARTS
+        },
+        "findings": [
+            {"part": f.check, "level": f.level, "message": f.message} for f in result.findings.items
+        ],
+    }

@@ -136,6 +136,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the stack check at the end (a CI job building part of the set; "
         "the assemble job checks the whole set)",
     )
+    from sglforge.cli.jsonout import add_json_option
+
+    add_json_option(p, "build", "the summary (wheels, caches, steps, outputs, stack check)")
     p.set_defaults(func=run_build_verb)
 
     p = subparsers.add_parser("verify", help="rebuild from scratch and compare sha256 per wheel")
@@ -222,7 +225,7 @@ def _options(args: argparse.Namespace, **extra):
 
 def run_build_verb(args: argparse.Namespace, ctx) -> int:
     from sglforge.builder import hostdeps
-    from sglforge.builder.pipeline import run_build, summarize
+    from sglforge.cli.jsonout import emit, human_output_to_stderr
     from sglforge.cli.names import select_recipes
 
     project = ctx.project
@@ -244,12 +247,27 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:
         dev=args.dev,
         publish_dev=args.publish_dev,
     )
+    document: dict = {}
+    with human_output_to_stderr(args.json):
+        status = _build_and_check(args, ctx, options, document)
+    if args.json:
+        emit("build", {"ok": status == 0, **document})
+    return status
+
+
+def _build_and_check(args: argparse.Namespace, ctx, options, document: dict) -> int:
+    """Build, print the summary and what was written, then the stack check; `document`
+    is filled with the same as `build --json`'s body."""
+    from sglforge.base.buildroot import BuildRoot
+    from sglforge.builder.pipeline import run_build, summarize, summary_document
+
+    project = ctx.project
     report = run_build(project, ctx.settings, options)
     print(summarize(report))
-    from sglforge.base.buildroot import BuildRoot
-
+    document.update(summary_document(report), target=args.target, dev=args.dev, check=None)
     root = BuildRoot(ctx.settings.build_root)
     if args.dev and not args.publish_dev:
+        document["outputs"] = {"manifest": str(root.dev_wheels / "manifest.json"), "lock": None}
         print(
             f"wrote {root.dev_wheels / 'manifest.json'} (dev build: wheels/ and the lock unchanged)"
         )
@@ -257,11 +275,17 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:
     if args.target:
         from sglforge.builder.pipeline import target_wheels_dir
 
+        manifest = target_wheels_dir(project, args.target) / "manifest.json"
+        document["outputs"] = {"manifest": str(manifest), "lock": None}
         print(
-            f"wrote {target_wheels_dir(project, args.target) / 'manifest.json'} (target "
+            f"wrote {manifest} (target "
             f"{args.target}: wheels/ and the lock unchanged; stack check not run)"
         )
         return 0
+    document["outputs"] = {
+        "manifest": str(project.wheels_dir / "manifest.json"),
+        "lock": str(project.wheels_lock),
+    }
     print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
     if args.no_check:
         print("stack check skipped (--no-check)")
@@ -269,7 +293,8 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:
     from sglforge.cli.check import check_or_fail
 
     # the published set must fit together (DESIGN "Coherence"); a no-op reuses the last result
-    return check_or_fail(project, reuse=root.check_result)
+    document["check"] = {}
+    return check_or_fail(project, reuse=root.check_result, outcome=document["check"])
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:

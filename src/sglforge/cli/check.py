@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sglforge.cli.jsonout import add_json_option, emit, human_output_to_stderr
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -46,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="VERSION",
         help="serving torch (default: torch in lockfiles/toolchain.toml)",
     )
+    add_json_option(p, "check", "the result")
     p.set_defaults(func=run_check_verb)
 
 
@@ -57,11 +60,14 @@ def _major_minor(value: str) -> str:
     return value
 
 
-def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
+def check_or_fail(
+    project, *, reuse: Path | None = None, outcome: dict | None = None, **options
+) -> int:
     """Run the check, print the report; 0 when the stack fits, else 1 (`check`, `build`).
 
     `reuse` (build only): a file keeping the last result; when nothing the check reads has
-    changed since (check/cache.py), that result is printed instead of checking again."""
+    changed since (check/cache.py), that result is printed instead of checking again.
+    `outcome` (build --json) is filled with `ok`, `reused` and the `report` printed."""
     from sglforge.check.run import CheckOptions, render, run_check
 
     key = None
@@ -76,10 +82,14 @@ def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
                 "result reused)",
                 flush=True,
             )
+            if outcome is not None:
+                outcome.update(ok=bool(hit[0]), reused=True, report=hit[1])
             return 0 if hit[0] else 1
     result = run_check(project, CheckOptions(**options))
     report = render(result)
     print(report, flush=True)
+    if outcome is not None:
+        outcome.update(ok=result.ok, reused=False, report=report)
     if key is not None:
         from sglforge.check import cache
 
@@ -88,11 +98,19 @@ def check_or_fail(project, *, reuse: Path | None = None, **options) -> int:
 
 
 def run_check_verb(args: argparse.Namespace, ctx) -> int:
-    return check_or_fail(
-        ctx.project,
+    options = dict(
         wheels_dir=args.wheels,
         runtime_lock=args.runtime_lock,
         waivers=args.waivers,
         python=args.python,
         torch=args.torch,
     )
+    if not args.json:
+        return check_or_fail(ctx.project, **options)
+    from sglforge.check.run import CheckOptions, document, render, run_check
+
+    with human_output_to_stderr(True):
+        result = run_check(ctx.project, CheckOptions(**options))
+        print(render(result))
+    emit("check", document(result))
+    return 0 if result.ok else 1

@@ -14,7 +14,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config",
         help="print the effective settings and their origins",
         description="Print the effective settings (defaults < config file < SGLFORGE_* "
-        "environment < CLI options), each with where its value came from.",
+        "environment < CLI options), each with where its value came from; with --env, every "
+        "SGLFORGE_* variable sglforge reads, what it does and its value here.",
+    )
+    p.add_argument(
+        "--env",
+        action="store_true",
+        help="list every SGLFORGE_* environment variable sglforge reads (docs/reference.md)",
     )
     p.set_defaults(func=run)
 
@@ -34,6 +40,11 @@ def _project_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace, ctx) -> int:
+    if args.env:
+        from sglforge.inputs.envvars import describe_environment
+
+        print(describe_environment({**os.environ, **ctx.secret_env}))
+        return 0
     settings = ctx.settings
     print(describe_settings(settings, searched=args.config or default_config_path()))
     print(f"project = {_project_line(args)}")

@@ -125,6 +125,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="venv whose torch is checked (default: the smoke run's venv if present)",
     )
+    from sglforge.cli.jsonout import add_json_option
+
+    add_json_option(p, "doctor", "the findings")
     p.set_defaults(func=run_doctor_verb)
 
     p = subparsers.add_parser(
@@ -250,8 +253,34 @@ def _check_lock(args: argparse.Namespace, opts) -> None:
 
 
 def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
-    from sglforge.base.errors import SglforgeError
     from sglforge.base.findings import blocking
+    from sglforge.cli.jsonout import emit, human_output_to_stderr
+
+    with human_output_to_stderr(args.json):
+        profile, findings, skipped = _doctor(args, ctx)
+    errors = blocking(findings)
+    if args.json:
+        emit(
+            "doctor",
+            {
+                "ok": not errors,
+                "profile": profile.name,
+                "errors": len(errors),
+                "warnings": sum(f.level == "warning" for f in skipped + findings),
+                "findings": [
+                    {"check": f.check, "level": f.level, "message": f.message, "fix": f.fix}
+                    for f in skipped + findings
+                ],
+            },
+        )
+    return 1 if errors else 0
+
+
+def _doctor(args: argparse.Namespace, ctx):
+    """The doctor's findings, printed as they are found: (profile, findings, and the
+    warnings said outside them — wheels that could not be read — as findings too)."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.base.findings import Finding, blocking
     from sglforge.smoke import doctor
     from sglforge.smoke.install import venv_python
     from sglforge.wheel.wheelset import load_wheelset
@@ -260,7 +289,7 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
     env = None
     wheelset = None
     # Warnings printed here, outside the findings; the summary counts every one printed.
-    cli_warnings = 0
+    skipped: list[Finding] = []
     if opts.existing_python:
         from sglforge.smoke.environment import probe_environment
 
@@ -274,7 +303,9 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
                 f"[warning] wheels: {exc}\n          — arch and torch checks skipped",
                 file=sys.stderr,
             )
-            cli_warnings += 1
+            skipped.append(
+                Finding("wheels", doctor.WARNING, str(exc), "arch and torch checks skipped")
+            )
         python = venv_python(opts.reuse_venv or opts.run_dir / "venv")
     facts = doctor.gather_host_facts(opts.profile, python, env)
     if opts.tiny_model:  # the smoke generates it into the run directory
@@ -285,11 +316,11 @@ def run_doctor_verb(args: argparse.Namespace, ctx) -> int:
     for finding in findings:
         print(finding.render())
     errors = blocking(findings)
-    warnings = cli_warnings + sum(f.level == doctor.WARNING for f in findings)
+    warnings = len(skipped) + sum(f.level == doctor.WARNING for f in findings)
     print(
         f"\ndoctor: {len(errors)} error(s), {warnings} warning(s) for profile {opts.profile.name}"
     )
-    return 1 if errors else 0
+    return opts.profile, findings, skipped
 
 
 def run_tiny_model_verb(args: argparse.Namespace, ctx) -> int:

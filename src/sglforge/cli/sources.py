@@ -83,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="the build for targets/NAME.toml (archs, labels, content keys)",
     )
+    from sglforge.cli.jsonout import add_json_option
+
+    add_json_option(p, "plan", "the pins, series and steps")
     p.set_defaults(func=run_plan)
 
 
@@ -184,8 +187,15 @@ def run_plan(args: argparse.Namespace, ctx) -> int:
     if not args.matrix:
         if matrix_only:
             raise SglforgeError(f"plan: {', '.join(matrix_only)} need --matrix")
+        if args.json:
+            from sglforge.cli.jsonout import emit
+
+            emit("plan", plan.plan_document(ctx.project, ctx.settings, target=args.target))
+            return 0
         print(plan.render_plan(ctx.project, ctx.settings, target=args.target))
         return 0
+    if args.json:
+        raise SglforgeError("plan: --matrix prints JSON already (its own format); drop --json")
     matrix = plan.build_matrix(
         ctx.project, ctx.settings, use_remote=not args.no_remote_cache, target=args.target
     )
