@@ -114,21 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the servers JIT-compile; a corrupt or tampered one is refused",
     )
     p.set_defaults(func=run_smoke_verb)
-
-    p = subparsers.add_parser(
-        "doctor", help="check this host against a smoke profile and the built wheels"
-    )
-    _common(p)
-    p.add_argument(
-        "--venv",
-        type=Path,
-        default=None,
-        help="venv whose torch is checked (default: the smoke run's venv if present)",
-    )
-    from sglforge.cli.jsonout import add_json_option
-
-    add_json_option(p, "doctor", "the findings")
-    p.set_defaults(func=run_doctor_verb)
+    _register_doctor(subparsers)
 
     p = subparsers.add_parser(
         "tiny-model",
@@ -153,6 +139,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "multiple of N (default 2)",
     )
     p.set_defaults(func=run_tiny_model_verb)
+
+
+def _register_doctor(subparsers: argparse._SubParsersAction) -> None:
+    from sglforge.cli.jsonout import add_json_option
+
+    p = subparsers.add_parser(
+        "doctor", help="check this host against a smoke profile and the built wheels"
+    )
+    _common(p)
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=None,
+        help="venv whose torch is checked (default: the smoke run's venv if present)",
+    )
+    add_json_option(p, "doctor", "the findings")
+    p.set_defaults(func=run_doctor_verb)
 
 
 def _options(args: argparse.Namespace, ctx):
