@@ -9,8 +9,8 @@ SIGTERM/SIGHUP to nox reach sglforge, which stops what it started before nox exi
 `plan` and `fetch` run sglforge from src/ with nox's interpreter, so they work on an
 air-gapped host that has nox and git. `patches` also runs from src/, in a venv holding only
 `unidiff` (the diff parser; pure Python, no dependencies; installed once, not on every run):
-on an air-gapped host point pip at a local copy of that one wheel (PIP_FIND_LINKS=DIR
-PIP_NO_INDEX=1). sglforge imports unidiff only where it parses a diff.
+on an air-gapped host SGLFORGE_INDEX=DIR (`nox -s wheelhouse -- DIR` writes it) is where it
+comes from, as for every session. sglforge imports unidiff only where it parses a diff.
 """
 
 from __future__ import annotations
@@ -262,6 +262,15 @@ def lock_runtime(session: nox.Session) -> None:
         ["sglforge", "lock-runtime", *session.posargs],
         {"SGLFORGE_UV": os.path.join(session.bin, "uv")},
     )
+
+
+@nox.session(python=False, default=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download the wheels the offline sessions install (DIR).
+
+    -- DIR [--torch] [--runtime]; then SGLFORGE_INDEX=DIR nox -s demo|build|smoke on the
+    host without an index (docs/air-gapped.md)."""
+    _sglforge(session, "wheelhouse")
 
 
 @nox.session(python=False, default=False)

@@ -278,3 +278,14 @@ def test_unfetchable_sources_are_all_listed_with_a_hint_that_fits(tmp_path, mirr
     else:
         assert "2 match no mirror rule" in out and "add a mirror" in out, out
     assert INSTALLING not in out and "Traceback" not in out, out
+
+
+def test_an_sglforge_index_that_is_no_directory_is_refused_before_installing(tmp_path):
+    root, fixture = _project(tmp_path)
+    _config_with_mirror(fixture)
+    missing = tmp_path / "no-such-wheelhouse"
+    result = _nox(root, "build", env=_env(fixture, SGLFORGE_INDEX=str(missing)))
+    out = result.stdout + result.stderr
+    assert result.returncode == 2, out
+    assert f"SGLFORGE_INDEX={missing}: not a directory" in out, out
+    assert INSTALLING not in out and "Traceback" not in out, out

@@ -67,6 +67,11 @@ NOT_RUN: dict[str, str] = {
     "runs `python -m demo`",
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",
     "nox -s tests": "the test suite itself",
+    "nox -s wheelhouse -- /srv/wheels": "downloads ~130 MB from PyPI; tests/test_offline_route.py "
+    "runs it and uses the directory in a network namespace",
+    "SGLFORGE_INDEX=/srv/wheels nox -s demo": "tests/test_offline_route.py runs it offline",
+    "SGLFORGE_INDEX=/srv/wheels nox -s build": "tests/test_offline_route.py runs it offline "
+    "(the fixture project)",
     "nox -s dev": "pip-installs into .nox/dev (needs an index); tests/test_noxfile.py checks it",
     "source .nox/dev/bin/activate && sglforge --help": "needs the venv `nox -s dev` makes",
     "nox -s patches -- refresh --onto 0123456789abcdef0123456789abcdef01234567 deepgemm": "needs a newer upstream commit; tests/test_refresh_lint.py runs refresh",

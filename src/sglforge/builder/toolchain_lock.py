@@ -142,10 +142,32 @@ def check_against_pins(lock: ToolchainLock, pins: dict[str, str]) -> list[str]:
 
 def index_for(section: str, index: str | None, torch_index: str | None) -> str:
     if section == "torch":
-        chosen = os.environ.get("SGLFORGE_TORCH_INDEX") or torch_index or DEFAULT_INDEX
+        # the offline route's one setting: a local directory in SGLFORGE_INDEX holds torch too
+        local = _local_index(os.environ.get("SGLFORGE_INDEX", ""))
+        chosen = os.environ.get("SGLFORGE_TORCH_INDEX") or local or torch_index or DEFAULT_INDEX
     else:
         chosen = os.environ.get("SGLFORGE_INDEX") or index or DEFAULT_INDEX
     return chosen
+
+
+def check_index_settings() -> list[str]:
+    """SGLFORGE_INDEX / SGLFORGE_TORCH_INDEX that name a local path must name a directory
+    (of wheels: the offline route); otherwise pip would be handed a path it reads as a URL."""
+    problems = []
+    for var in ("SGLFORGE_INDEX", "SGLFORGE_TORCH_INDEX"):
+        chosen = os.environ.get(var, "")
+        local = chosen.removeprefix("file://")
+        if not chosen or "://" in local:
+            continue
+        if not os.path.isdir(local):
+            problems.append(f"{var}={chosen}: not a directory (`nox -s wheelhouse -- DIR`)")
+    return problems
+
+
+def _local_index(url: str) -> str | None:
+    """`url` when it names a local directory (a path or file://), else None."""
+    local = url.removeprefix("file://")
+    return url if local and "://" not in local and os.path.isdir(local) else None
 
 
 def index_args(url: str) -> list[str]:

@@ -165,6 +165,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_verify_verb)
 
     p = subparsers.add_parser(
+        "wheelhouse",
+        help="download every wheel the offline sessions install into DIR (then "
+        "SGLFORGE_INDEX=DIR on the air-gapped host)",
+        description="On a connected host: pip download (hash-checked, for the toolchain's "
+        "Python) lockfiles/sglforge.lock and lockfiles/toolchain.lock into DIR. On the "
+        "air-gapped host, SGLFORGE_INDEX=DIR makes demo, build, verify, matrix, patches, "
+        "check and smoke install from DIR only (docs/air-gapped.md).",
+    )
+    p.add_argument("dir", type=Path, metavar="DIR", help="where the wheels go (made if missing)")
+    p.add_argument(
+        "--torch",
+        action="store_true",
+        help="also toolchain.lock [torch-deps] and [torch] (~3 GB): for recipes that "
+        "build against torch",
+    )
+    p.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also the third-party pins of lockfiles/runtime.lock (~3.2 GB): what the "
+        "smoke installs beside our wheels",
+    )
+    p.set_defaults(func=run_wheelhouse)
+
+    p = subparsers.add_parser(
         "build-requirements", help="print the pinned build requirements (pip -r format)"
     )
     p.add_argument("names", nargs="*", default=[], metavar="RECIPE", help="recipes (default: all)")
@@ -334,6 +358,22 @@ def run_verify_verb(args: argparse.Namespace, ctx) -> int:
         from sglforge.base.fs import remove_tree
 
         remove_tree(out)
+    return 0
+
+
+def run_wheelhouse(args: argparse.Namespace, ctx) -> int:
+    from sglforge.builder.wheelhouse import write_wheelhouse
+
+    checkout = Path(__file__).resolve().parents[3]  # this sglforge's lockfiles/sglforge.lock
+    dest = args.dir.resolve()
+    for line in write_wheelhouse(
+        ctx.project.root, checkout, dest, torch=args.torch, runtime=args.runtime
+    ):
+        print(f"wheelhouse: {line}")
+    print(
+        f"wrote {dest}\nthen, on the host without an index:  SGLFORGE_INDEX={dest} nox -s demo"
+        " (or build, smoke, ...)"
+    )
     return 0
 
 

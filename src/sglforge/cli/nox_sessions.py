@@ -194,7 +194,17 @@ def install_missing(session: Any, requirement: str, module: str) -> None:
     if ok:
         session.log(f"{requirement}: satisfied in {session.bin}, not reinstalled")
     else:
-        session.install(requirement)
+        session.install(*offline_index_args(), requirement)
+
+
+def offline_index_args() -> list[str]:
+    """pip's index options for a session's own small installs: $SGLFORGE_INDEX when set (a
+    local directory of wheels: --no-index --find-links DIR; docs/air-gapped.md), else none
+    (pip as configured)."""
+    from sglforge.builder import toolchain_lock
+
+    chosen = os.environ.get("SGLFORGE_INDEX")
+    return toolchain_lock.index_args(chosen) if chosen else []
 
 
 def toolchain_python(session: Any, root: Path) -> str:
@@ -285,6 +295,9 @@ def install_toolchain(
     except (SglforgeError, toolchain_lock.LockError) as exc:
         exit_with(session, 2, f"error: {exc}")
     pins = dict(toolchain.build_requires, **({"torch": toolchain.torch} if torch else {}))
+    problems = toolchain_lock.check_index_settings()
+    if problems:
+        exit_with(session, 2, "error: " + "\n  ".join(problems) + "\nhint: docs/air-gapped.md")
     problems = toolchain_lock.check_against_pins(lock, pins)
     if problems:
         exit_with(

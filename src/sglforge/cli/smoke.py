@@ -170,6 +170,8 @@ def _options(args: argparse.Namespace, ctx):
     ).with_model(args.model)
     wheelhouse = getattr(args, "wheelhouse", None)
     index_url = getattr(args, "index_url", None)
+    if not (wheelhouse or index_url or profile.install.wheelhouse or profile.install.index_url):
+        wheelhouse, index_url = _index_from_environment()  # the offline route: SGLFORGE_INDEX
     if wheelhouse or index_url:
         profile = replace(
             profile,
@@ -222,6 +224,24 @@ def _options(args: argparse.Namespace, ctx):
         jit_root=_abs(getattr(args, "jit_root", None)),
         warm_into=_abs(getattr(args, "artifact_dir", None)),
     )
+
+
+def _index_from_environment() -> tuple[Path | None, str | None]:
+    """Where the third-party wheels come from when nothing else says: $SGLFORGE_INDEX, the
+    one setting of the offline route (docs/air-gapped.md): a local directory of wheels is a
+    wheelhouse (find-links, no index), anything else an index URL."""
+    chosen = os.environ.get("SGLFORGE_INDEX")
+    if not chosen:
+        return None, None
+    local = chosen.removeprefix("file://")
+    if "://" not in local:
+        path = Path(local)
+        if not path.is_dir():
+            from sglforge.base.errors import SglforgeError
+
+            raise SglforgeError(f"SGLFORGE_INDEX={chosen}: not a directory (of wheels)")
+        return path, None
+    return None, chosen
 
 
 def _abs(path: Path | None) -> Path | None:
