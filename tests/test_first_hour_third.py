@@ -289,3 +289,22 @@ def test_an_sglforge_index_that_is_no_directory_is_refused_before_installing(tmp
     assert result.returncode == 2, out
     assert f"SGLFORGE_INDEX={missing}: not a directory" in out, out
     assert INSTALLING not in out and "Traceback" not in out, out
+
+
+def test_a_no_op_build_does_not_claim_it_wrote_the_manifest_and_lock(tmp_path):
+    from tests.fixtures.project import make_project
+
+    fixture = make_project(tmp_path)
+    first = fixture.run("build", "--no-check")
+    assert first.returncode == 0, first.stderr
+    manifest, lock = (
+        fixture.root / "wheels" / "manifest.json",
+        fixture.root / "lockfiles" / "wheels.lock",
+    )
+    assert f"wrote 1 wheel(s) into {fixture.root / 'wheels'}, {manifest}, {lock}" in first.stdout
+    stamps = (manifest.stat().st_mtime_ns, lock.stat().st_mtime_ns)
+    again = fixture.run("build", "--no-check")
+    assert again.returncode == 0, again.stderr
+    assert f"{manifest} and {lock} unchanged (no wheel was rebuilt or copied)" in again.stdout
+    assert "wrote" not in again.stdout, again.stdout
+    assert (manifest.stat().st_mtime_ns, lock.stat().st_mtime_ns) == stamps

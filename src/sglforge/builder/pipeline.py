@@ -148,6 +148,7 @@ class BuildReport:
     wheels: list[BuiltWheel] = field(default_factory=list)
     steps: Steps = field(default_factory=Steps)
     compiler_cache: str | None = None  # CompilerCache.describe() (secrets masked)
+    written: list[Path] = field(default_factory=list)  # outputs publishing wrote (or changed)
 
 
 @dataclass(frozen=True)
@@ -1544,9 +1545,9 @@ def run_build(project: Project, settings: Settings, options: BuildOptions) -> Bu
         # a signal cannot cut publishing in half
         with report.steps.step("publish"), interrupts_deferred():
             if publish:
-                outputs.publish(project, report.wheels, inputs.toolchain)
+                outputs.publish(project, report.wheels, inputs.toolchain, report.written)
             else:
-                outputs.write_wheels(out_dir, report.wheels)
+                outputs.write_wheels(out_dir, report.wheels, report.written)
     return report
 
 

@@ -301,16 +301,17 @@ def _build_and_check(args: argparse.Namespace, ctx, options, document: dict) -> 
 
         manifest = target_wheels_dir(project, args.target) / "manifest.json"
         document["outputs"] = {"manifest": str(manifest), "lock": None}
+        did = "wrote" if report.written else "unchanged:"
         print(
-            f"wrote {manifest} (target "
-            f"{args.target}: wheels/ and the lock unchanged; stack check not run)"
+            f"{did} {manifest} (target {args.target}: wheels/ and the lock unchanged; stack "
+            "check not run)"
         )
         return 0
     document["outputs"] = {
         "manifest": str(project.wheels_dir / "manifest.json"),
         "lock": str(project.wheels_lock),
     }
-    print(f"wrote {project.wheels_dir / 'manifest.json'} and {project.wheels_lock}")
+    print(_outputs_line(report.written, project))
     if args.no_check:
         print("stack check skipped (--no-check)")
         return 0
@@ -319,6 +320,20 @@ def _build_and_check(args: argparse.Namespace, ctx, options, document: dict) -> 
     # the published set must fit together (DESIGN "Coherence"); a no-op reuses the last result
     document["check"] = {}
     return check_or_fail(project, reuse=root.check_result, outcome=document["check"])
+
+
+def _outputs_line(written: list[Path], project) -> str:
+    """What publishing changed: `wrote …` only for files it wrote (a no-op writes none)."""
+    outputs = (project.wheels_dir / "manifest.json", project.wheels_lock)
+    if not written:
+        return f"{outputs[0]} and {outputs[1]} unchanged (no wheel was rebuilt or copied)"
+    wheels = [p for p in written if p.suffix == ".whl"]
+    files = [str(p) for p in outputs if p in written]
+    parts = ([f"{len(wheels)} wheel(s) into {project.wheels_dir}"] if wheels else []) + files
+    unchanged = [str(p) for p in outputs if p not in written]
+    return f"wrote {', '.join(parts)}" + (
+        f" ({', '.join(unchanged)} unchanged)" if unchanged else ""
+    )
 
 
 def run_verify_verb(args: argparse.Namespace, ctx) -> int:

@@ -91,8 +91,10 @@ def _entry(wheel) -> dict:
     }
 
 
-def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
-    """Copy wheels into `out_dir` (atomically each) and write its manifest.json."""
+def write_wheels(out_dir: Path, wheels: list, written: list[Path] | None = None) -> list[dict]:
+    """Copy wheels into `out_dir` (atomically each) and write its manifest.json; what was
+    actually written (a wheel copied, the manifest changed) is appended to `written`."""
+    written = [] if written is None else written
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = out_dir / MANIFEST
     old = load_manifest(manifest_path)
@@ -123,12 +125,14 @@ def write_wheels(out_dir: Path, wheels: list) -> list[dict]:
         ):
             continue
         atomic_write_bytes(dest, wheel.path.read_bytes())
+        written.append(dest)
     manifest = {
         "format": MANIFEST_FORMAT,
         "generated_by": "sglforge build (nox -s build); do not edit",
         "wheels": entries,
     }
-    write_if_changed(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if write_if_changed(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n"):
+        written.append(manifest_path)
     return entries
 
 
@@ -202,13 +206,17 @@ def render_lock(entries: list[dict], toolchain: Toolchain, runtime: list[str] = 
     return "\n".join(lines) + "\n"
 
 
-def publish(project: Project, wheels: list, toolchain: Toolchain) -> list[dict]:
+def publish(
+    project: Project, wheels: list, toolchain: Toolchain, written: list[Path] | None = None
+) -> list[dict]:
     # Checked before anything is written: a bad runtime.lock must not leave wheels/ half-new.
     runtime = read_runtime_lock(
         project.runtime_lock,
         {canonical_name(e["name"]) for e in load_manifest(project.wheels_dir / MANIFEST)}
         | {canonical_name(w.name) for w in wheels},
     )
-    entries = write_wheels(project.wheels_dir, wheels)
-    write_if_changed(project.wheels_lock, render_lock(entries, toolchain, runtime))
+    written = [] if written is None else written
+    entries = write_wheels(project.wheels_dir, wheels, written)
+    if write_if_changed(project.wheels_lock, render_lock(entries, toolchain, runtime)):
+        written.append(project.wheels_lock)
     return entries
