@@ -104,3 +104,29 @@ def test_intact_cache_exports_and_checks_quietly(world, upstreams, exported):
     files = {k: v for k, v in before.items() if not k.startswith(".git/")}
     assert {k: v for k, v in snapshot(dest).items() if not k.startswith(".git/")} == files
     assert run_git(dest, "status", "--porcelain") == ""
+
+
+def test_build_on_a_damaged_cache_fails_before_building_and_writes_no_wheel(tmp_path):
+    """The same check on `sglforge build`'s own export: exit 2 naming the source and path,
+    no wheel, no manifest, no export left in the build root."""
+    from tests.fixtures.project import make_project
+
+    project = make_project(tmp_path, ("purepy",))
+    fetched = project.run("fetch", "--no-export")
+    assert fetched.returncode == 0, fetched.stderr
+    mirror = project.mirror / "org" / "purepy"
+    oid = run_git(mirror, "rev-parse", f"{project.commits['purepy']}:src/purepy/__init__.py")
+    [blob] = project.cache.rglob(f"objects/{oid[:2]}/{oid[2:]}")
+    blob.chmod(0o644)
+    blob.unlink()
+    result = project.run("build")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "purepy: the exported files are not commit" in result.stderr
+    assert f"missing  src/purepy/__init__.py (object {oid} is not in the source cache)" in (
+        result.stderr
+    )
+    assert not list((project.root / "wheels").glob("*.whl"))
+    assert not (project.root / "wheels" / "manifest.json").exists()
+    src = project.build_root / "src"
+    assert not src.exists() or not any(src.iterdir()), list(src.iterdir())
