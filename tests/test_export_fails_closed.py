@@ -130,3 +130,27 @@ def test_build_on_a_damaged_cache_fails_before_building_and_writes_no_wheel(tmp_
     assert not (project.root / "wheels" / "manifest.json").exists()
     src = project.build_root / "src"
     assert not src.exists() or not any(src.iterdir()), list(src.iterdir())
+
+
+def test_a_file_committed_with_crlf_under_text_attributes_is_not_a_difference(world):
+    """`* text` with a file committed as CRLF: hashing through the attributes says it
+    changed (git status too), yet checkout wrote exactly the committed bytes; `eol=crlf`
+    files are converted on checkout and match through the attributes. Neither is an error."""
+    from tests.fixtures.gitrepos import source_entry
+
+    repo = world.repo("org/crlf")
+    repo.commit("windows file", {"win.txt": b"a\r\nb\r\n", "run.bat": "echo\n"})
+    (repo.path / ".gitattributes").write_text("* text\n*.bat text eol=crlf\n")
+    run_git(repo.path, "add", ".gitattributes")  # only it: `add -A` would renormalize win.txt
+    who = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@x", "GIT_COMMITTER_NAME": "Dev"}
+    run_git(
+        repo.path, "commit", "-q", "-m", "attributes", env={**who, "GIT_COMMITTER_EMAIL": "d@x"}
+    )
+    pinned = repo.head()
+    assert run_git(repo.path, "cat-file", "-p", f"{pinned}:win.txt") == "a\r\nb"
+    world.write_lockfile(source_entry("crlf", world.url("org/crlf"), pinned))
+    result = sglforge(world, "fetch", "crlf")
+    assert result.returncode == 0, result.stderr
+    dest = world.build_root / "src" / "crlf"
+    assert (dest / "win.txt").read_bytes() == b"a\r\nb\r\n"
+    assert (dest / "run.bat").read_bytes() == b"echo\r\n"

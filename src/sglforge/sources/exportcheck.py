@@ -47,9 +47,42 @@ def _differences(git_dir: Path, work_tree: Path, env: dict[str, str]) -> list[tu
             continue
         _old_mode, _new_mode, old_id, _new_id, status = meta.lstrip(":").split()
         found.append((_STATUS.get(status[0], status), path, old_id))
+    found = _raw_matches_dropped(found, git_dir, work_tree, env)
     others = git(wt, "ls-files", "--others", "-z", **opts).stdout.decode(errors="replace")
     found += [("extra", path, "") for path in others.split("\0") if path]
     return found
+
+
+def _raw_matches_dropped(
+    found: list[tuple[str, str, str]], git_dir: Path, work_tree: Path, env: dict[str, str]
+) -> list[tuple[str, str, str]]:
+    """Without the files whose bytes on disk are exactly their blob's: the comparison above
+    hashes through the tree's attributes, and a file committed with CRLF under `* text` is
+    'modified' that way (git status says so too on a fresh clone) though checkout wrote the
+    committed bytes. A conversion checkout applies (`eol=crlf`) is what the first pass
+    matches; this one matches the bytes as committed."""
+    differs = [entry for entry in found if entry[0] == "differs"]
+    if not differs:
+        return found
+    paths = "".join(f"{path}\n" for _, path, _ in differs)
+    if any("\n" in path for _, path, _ in differs):  # --stdin-paths is line-based
+        return found
+    raw = (
+        git(
+            "hash-object",
+            "--no-filters",
+            "--stdin-paths",
+            cwd=work_tree,
+            git_dir=git_dir,
+            env=env,
+            input=paths.encode(),
+            what=f"hashing {work_tree}",
+        )
+        .stdout.decode()
+        .split()
+    )
+    same = {path for (_, path, oid), got in zip(differs, raw) if got == oid}
+    return [entry for entry in found if entry[1] not in same]
 
 
 def _describe(found: list[tuple[str, str, str]], git_dir: Path) -> list[str]:
