@@ -35,6 +35,11 @@ HOME=$C/home-art TRITON_CACHE_DIR=$ROOT/triton $PY -X importtime -c "import sgla
 sort -t'|' -k2 -n -r $C/importtime.txt | head -40 > $C/importtime-top.txt
 HOME=$C/home-art $PY -X importtime -c "import sglang_router.launch_router" 2> $C/importtime-router.txt
 sort -t'|' -k2 -n -r $C/importtime-router.txt | head -15 >> $C/importtime-top.txt
+# ... and what the profile's router launcher imports instead (no MiniLB, no SGLang)
+HOME=$C/home-art $PY -X importtime -c "from sglang_router.router import Router; from sglang_router.router_args import RouterArgs" 2> $C/importtime-router-rs.txt
+sort -t'|' -k2 -n -r $C/importtime-router-rs.txt | head -3 >> $C/importtime-top.txt
+LAZY=()
+if [ "${CS_LAZY:-0}" = 1 ]; then
 # Item 3 experiment (not a product change): sglang.srt.utils.common imports torchvision at the
 # top for one JPEG path; moved into that function in a copy of the site, then the artifact run
 # again (fresh root, HOME, run directory).
@@ -54,14 +59,17 @@ rm -rf /var/tmp/sglforge-jit; mkdir -p $C/home-lazy; step "lazy-start"
 HOME=$C/home-lazy PYTHONPATH=$C/site-lazy:$C/tree/src timeout 420 $PY -m sglforge smoke \
     "${common[@]}" --out $C/run-lazy --jit-cache "$ART" > $C/lazy.log 2>&1
 step "lazy-exit-$?"
+LAZY=(artifact_lazy_torchvision=$C/run-lazy --home lazy=$C/home-lazy)
+fi
 $PY bench/coldstart.py $C/coldstart-h200.json empty=$C/run-empty artifact=$C/run-art \
-    second_start=$C/run-second artifact_lazy_torchvision=$C/run-lazy \
-    --home empty=$C/home-empty --home artifact=$C/home-art --home lazy=$C/home-lazy \
+    second_start=$C/run-second "${LAZY[@]}" \
+    --home empty=$C/home-empty --home artifact=$C/home-art \
     --rootdiff $C/rootdiff-artifact.json --importtime $C/importtime-top.txt \
     --note "$(cat $C/compileall.txt)" > $C/collect.log 2>&1
 step "collected-$?"
 mkdir -p $C/logs
 for r in run-empty run-art run-second run-lazy; do
+    [ -d $C/$r ] || continue
     cp -r $C/$r/logs $C/logs/$r; cp $C/$r/smoke-report.json $C/logs/$r/
 done
 cp $C/*.log $C/*.txt $C/*.json $C/logs/ 2>/dev/null

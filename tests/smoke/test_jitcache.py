@@ -436,3 +436,25 @@ def test_a_tampered_artifact_fails_the_smoke_before_anything_starts(
     assert "Traceback" not in result.stderr + result.stdout
     report = json.loads((out / "smoke-report.json").read_text())
     assert report["failure"]["stage"] == "jit cache" and report["processes"] == []
+
+
+def test_the_h200_router_launcher_starts_the_real_router(
+    smoke_project: SmokeProject, installed_venv: Path
+) -> None:
+    """The H200 profile's router command (launch_router's Rust path without its MiniLB import,
+    issue 34) serves the PD pair through the real sglang-router 0.3.2."""
+    import sys
+
+    from sglforge.smoke.profile import load_profile
+
+    repo = Path(__file__).resolve().parents[2]
+    command = load_profile(repo / "profiles" / "h200-pd-1gpu.toml", repo).router.command
+    assert command[:2] == ("{python}", "-c") and "launch_router" not in command[2]
+    smoke_project.write_profile(
+        checks={"run": ["generate"]}, router_command=[sys.executable, "-c", command[2]]
+    )
+    result = smoke_project.smoke(
+        "--profile", "standin", "--out", str(smoke_project.run_dir), "--venv", str(installed_venv)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert smoke_project.report()["startup"]["router_s"] > 0
