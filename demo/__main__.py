@@ -272,6 +272,10 @@ def _run(workdir: Path, started: float) -> int:
     print(f"  verify rebuild  {verify_out} (bit-identical to wheels/)")
     print(f"  bundle          {bundle.strip().rsplit(' ', 1)[-1]}")
     print(f"  source cache    {paths['cache']}")
+    print(
+        f"  smoke (no GPU)  nox -s smoke -- --project {paths['project']} --profile laptop"
+        "  (stand-in servers: the smoke's plumbing)"
+    )
     return 0
 
 

@@ -160,3 +160,36 @@ def test_verify_after_the_demo_names_a_wheel_its_rebuild_does_not_reproduce(
     assert "identical" not in out and "Traceback" not in out, out[-4000:]
     rebuilt = tmp_path / "verify" / wheel.name  # the rebuild is the wheel the demo built
     assert hashlib.sha256(rebuilt.read_bytes()).hexdigest() == built
+
+
+@pytest.mark.cuda
+def test_the_laptop_profile_doctor_names_runs_on_the_demo_wheels(demo_run, tmp_path):
+    """Issue 33 item 14: the profile doctor's GPU hint names ships with the demo project and
+    passes through the real `nox -s smoke` on a host without GPUs (stand-in servers and
+    router, the demo's wheels installed into a fresh venv from its lock)."""
+    from sglforge.smoke.doctor import LAPTOP
+
+    work, result = demo_run
+    assert result.returncode == 0, "the demo itself failed (the test above says why)"
+    assert "demo/project/profiles/laptop.toml" in LAPTOP
+    assert (ROOT / "demo" / "project" / "profiles" / "laptop.toml").is_file()
+    project = work / "project"
+    assert f"nox -s smoke -- --project {project} --profile laptop" in result.stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLFORGE_PROJECT", "SGLFORGE_CONFIG")}
+    smoke = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "smoke", "--"]
+        + ["--project", str(project), "--profile", "laptop", "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        env={**env, **OFFLINE},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    out = smoke.stdout + smoke.stderr
+    assert smoke.returncode == 0, out[-4000:]
+    assert "sglforge smoke: PASS — profile laptop" in out, out[-4000:]
+    receipt = json.loads((tmp_path / "run" / "receipt.json").read_text())
+    assert any("stand-in servers" in line for line in receipt["limitations"]), receipt
+    report = json.loads((tmp_path / "run" / "smoke-report.json").read_text())
+    assert not report["teardown"]["survivors"], report["teardown"]

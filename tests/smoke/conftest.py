@@ -24,8 +24,9 @@ import tomli_w
 from sglforge.wheel.provenance import Provenance, read_json
 
 HERE = Path(__file__).parent
-STANDIN = HERE / "standin_server.py"
-STANDIN_ROUTER = HERE / "standin_router.py"
+# The stand-ins ship with the demo project (its `laptop` profile runs them: issue 33 item 14).
+STANDIN = HERE.parents[1] / "demo" / "project" / "standin" / "server.py"
+STANDIN_ROUTER = HERE.parents[1] / "demo" / "project" / "standin" / "router.py"
 
 
 def _record_hash(data: bytes) -> str:

@@ -11,6 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+# The smoke talks only to the servers it launched on the profile's host: an http_proxy of the
+# user's environment (a corporate proxy) must not route those requests, so no proxy is used.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 @dataclass(frozen=True)
 class Response:
@@ -31,7 +35,7 @@ def request(method: str, url: str, payload: Any = None, timeout: float = 10.0) -
     )
     start = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as answer:
+        with _OPENER.open(req, timeout=timeout) as answer:
             raw = answer.read()
             status = answer.status
     except urllib.error.HTTPError as exc:
@@ -74,7 +78,7 @@ def stream(url: str, payload: Any, timeout: float) -> Iterator[StreamEvent]:
         headers={"Content-Type": "application/json"},
     )
     start = time.monotonic()
-    with urllib.request.urlopen(req, timeout=timeout) as answer:
+    with _OPENER.open(req, timeout=timeout) as answer:
         for raw in answer:
             line = raw.decode(errors="replace").strip()
             if not line.startswith("data:"):

@@ -386,6 +386,13 @@ def arch_runs_on(arch: str, compute_cap: str) -> bool:
     return gpu[0] == major and gpu[1] >= minor
 
 
+# The shipped profile without GPUs (issue 33 item 14): stand-in servers and router.
+LAPTOP = (
+    "the demo's `laptop` (demo/project/profiles/laptop.toml): after `nox -s demo`, "
+    "`nox -s smoke -- --project build/demo/project --profile laptop`"
+)
+
+
 def _gpus(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts) -> list[Finding]:
     if facts.nvidia_smi_error:
         return [
@@ -394,7 +401,7 @@ def _gpus(profile: SmokeProfile, wheelset: WheelSet | None, facts: HostFacts) ->
                 ERROR,
                 f"no NVIDIA GPU visible: {facts.nvidia_smi_error}",
                 "run the smoke on the GPU host with the NVIDIA driver installed; for a "
-                "plumbing run without GPUs use a profile with requires-gpu = false",
+                f"plumbing run without GPUs use a profile with requires-gpu = false: {LAPTOP}",
             )
         ]
     out = []

@@ -22,6 +22,9 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
+# Local servers only: an http_proxy in the environment must not route these requests.
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 def post(url: str, body: dict) -> tuple[int, bytes]:
     request = urllib.request.Request(
@@ -31,7 +34,7 @@ def post(url: str, body: dict) -> tuple[int, bytes]:
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with NO_PROXY.open(request, timeout=60) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()

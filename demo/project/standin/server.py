@@ -59,6 +59,9 @@ VOCAB = (
 NEEDLE = re.compile(r"secret passphrase is ([A-Za-z]+-[0-9]+)")
 ARITHMETIC = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
 
+# Local servers only: an http_proxy in the environment must not route these requests.
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 def log(message: str) -> None:
     print(f"standin[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
@@ -156,7 +159,7 @@ def fetch_room(host: str, port: int, room: str, timeout: float = 10.0) -> dict |
     url = f"http://{host}:{port}/room/{room}"
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
+            with NO_PROXY.open(url, timeout=2) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             if exc.code != 404:
