@@ -400,3 +400,21 @@ def test_build_requirements_name_torch_as_the_index_does():
     ).stdout
     assert "torch==2.11.0\n" in out and "torch==2.11.0+cu130\n" not in out
     assert "# torch: only from https://pypi.org/simple" in out
+
+
+def test_the_linker_on_the_build_path_is_in_the_fingerprint_and_the_key(tmp_path):
+    """binutils alone changes a wheel's bytes (symbol order, layout: bench/toolchain-bytes.json),
+    so the `ld` a build finds on its PATH is part of the fingerprint, its digest and
+    provenance: two hosts that differ only there never share a content key."""
+    seen = []
+    for release in ("2.40", "2.44"):
+        bin_dir = tmp_path / release
+        bin_dir.mkdir()
+        ld = bin_dir / "ld"
+        ld.write_text(f"#!/bin/sh\necho 'GNU ld (GNU Binutils) {release}'\n")
+        ld.chmod(0o755)
+        found = toolchain_mod.fingerprint(_toolchain(tmp_path), None, [], search_path=str(bin_dir))
+        assert found.linker == f"GNU ld (GNU Binutils) {release}"
+        assert found.summary(with_torch=False)["linker"] == found.linker
+        seen.append(found.digest)
+    assert seen[0] != seen[1]

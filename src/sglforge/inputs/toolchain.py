@@ -375,6 +375,9 @@ class ToolchainFingerprint:
     platform: str
     build_requires: dict[str, str] = field(default_factory=dict)  # name -> installed version
     torch: str | None = None  # installed torch, when a selected recipe needs it
+    # `ld --version` first line: binutils changes symbol-table order and layout of the same
+    # objects (bench/toolchain-bytes.json), so two hosts differing only there differ in key
+    linker: str | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -386,6 +389,7 @@ class ToolchainFingerprint:
             "platform": self.platform,
             "build_requires": dict(sorted(self.build_requires.items())),
             "torch": self.torch,
+            "linker": self.linker,
         }
 
     @property
@@ -400,6 +404,7 @@ class ToolchainFingerprint:
             "nvcc": nvcc.group(0) if nvcc else self.nvcc,
             "compiler": self.compiler,
             "cmake": self.cmake,
+            "linker": self.linker,
             "python": self.python,
             "platform": self.platform,
         }
@@ -454,6 +459,7 @@ def fingerprint(
         # builds do not inherit CC/CXX: CMake and nvcc find these on the build PATH
         compiler=_first_line(["c++", "--version"], search_path, versions) or "unknown",
         cmake=_first_line(["cmake", "--version"], search_path, versions),
+        linker=_first_line(["ld", "--version"], search_path, versions),
         python=platform.python_version(),
         platform=f"{platform.system().lower()}-{platform.machine()}",
         build_requires=found,
