@@ -1,17 +1,19 @@
-"""Thin sessions: each checks first, installs what it needs and calls `sglforge <verb>`.
+"""sglforge's sessions: `nox -s demo` first on a fresh machine; `nox` alone runs `plan`.
 
-The logic lives in the package (`sglforge.cli.nox_sessions`, imported from src/ with the
-interpreter nox runs under, standard library only): every session that installs something
-first runs `sglforge preflight VERB ARGS` (the verb's own parser, settings, recipes, host),
-so a mistake costs seconds, not an install; sglforge's exit status is nox's (2 stays 2), and
-SIGTERM/SIGHUP to nox reach sglforge, which stops what it started before nox exits.
+`nox -s VERB -- ARGS` runs `sglforge VERB ARGS`; docs/build-host.md has the details."""
 
-`plan` and `fetch` run sglforge from src/ with nox's interpreter, so they work on an
-air-gapped host that has nox and git. `patches` also runs from src/, in a venv holding only
-`unidiff` (the diff parser; pure Python, no dependencies; installed once, not on every run):
-on an air-gapped host SGLFORGE_INDEX=DIR (`nox -s wheelhouse -- DIR` writes it) is where it
-comes from, as for every session. sglforge imports unidiff only where it parses a diff.
-"""
+# Thin sessions: each checks first, installs what it needs and calls `sglforge <verb>`. The
+# logic lives in the package (`sglforge.cli.nox_sessions`, imported from src/ with the
+# interpreter nox runs under, standard library only): every session that installs something
+# first runs `sglforge preflight VERB ARGS` (the verb's own parser, settings, recipes, host),
+# so a mistake costs seconds, not an install; sglforge's exit status is nox's (2 stays 2), and
+# SIGTERM/SIGHUP to nox reach sglforge, which stops what it started before nox exits.
+#
+# `plan` and `fetch` run sglforge from src/ with nox's interpreter, so they work on an
+# air-gapped host that has nox and git. `patches` also runs from src/, in a venv holding only
+# `unidiff` (the diff parser; pure Python, no dependencies; installed once, not on every run):
+# on an air-gapped host SGLFORGE_INDEX=DIR (`nox -s wheelhouse -- DIR` writes it) is where it
+# comes from, as for every session. sglforge imports unidiff only where it parses a diff.
 
 from __future__ import annotations
 
@@ -19,9 +21,18 @@ import os
 import sys
 from pathlib import Path
 
-import nox
+if sys.version_info < (3, 10):  # noqa: UP036 - sglforge's own code needs 3.10: say so, not a TypeError
+    print(
+        f"error: this noxfile needs nox on Python 3.10 or newer (nox runs on "
+        f"{sys.version_info[0]}.{sys.version_info[1]}: {sys.executable}); "
+        "e.g. `python3.12 -m pip install nox && python3.12 -m nox …`",
+        file=sys.stderr,
+    )
+    sys.exit(2)  # a refused host (README "Exit status")
+import nox  # after the version check
 
-nox.options.sessions = ["tests"]
+# `nox` alone: seconds, offline, nothing installed (the test suite is `nox -s tests`, ~15 min)
+nox.options.sessions = ["plan"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = os.path.dirname(os.path.abspath(__file__))

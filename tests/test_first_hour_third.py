@@ -308,3 +308,72 @@ def test_a_no_op_build_does_not_claim_it_wrote_the_manifest_and_lock(tmp_path):
     assert f"{manifest} and {lock} unchanged (no wheel was rebuilt or copied)" in again.stdout
     assert "wrote" not in again.stdout, again.stdout
     assert (manifest.stat().st_mtime_ns, lock.stat().st_mtime_ns) == stamps
+
+
+def test_plain_nox_is_quick_and_nox_l_starts_with_the_list():
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    before = listed.stdout.split("Sessions defined in")[0].strip().splitlines()
+    assert len(before) <= 3, before  # the noxfile's docstring, not 13 lines of it
+    selected = [line for line in listed.stdout.splitlines() if line.startswith("* ")]
+    assert [line.split(" ->")[0] for line in selected] == ["* plan"], selected
+    env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    out = plain.stdout + plain.stderr
+    assert plain.returncode == 0, out
+    assert "Running session plan" in out and "Running session tests" not in out, out
+
+
+def _python39() -> str | None:
+    import glob
+
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for found in sorted(glob.glob(os.path.join(root, "versions", "3.9.*", "bin", "python3.9"))):
+        return found
+    import shutil
+
+    return shutil.which("python3.9")
+
+
+def test_python_3_9_is_told_to_use_a_newer_python_not_shown_a_traceback():
+    python = _python39()
+    if python is None or subprocess.run([python, "-V"], check=False).returncode != 0:
+        pytest.skip("needs a Python 3.9")
+    env = {k: v for k, v in os.environ.items() if k != "SGLFORGE_PROJECT"}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    run = subprocess.run(
+        [python, "-m", "sglforge", "--project", str(ROOT), "plan"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "error: sglforge needs Python 3.10 or newer; this is Python 3.9" in run.stderr
+    assert "Traceback" not in run.stderr and "TypeError" not in run.stderr, run.stderr
+    # the noxfile says the same before it imports nox (nox itself may not be there for 3.9)
+    loaded = subprocess.run(
+        [
+            python,
+            "-c",
+            f"exec(compile(open({str(ROOT / 'noxfile.py')!r}).read(), 'noxfile.py', 'exec'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert loaded.returncode == 2, loaded.stderr
+    assert "this noxfile needs nox on Python 3.10 or newer" in loaded.stderr, loaded.stderr
