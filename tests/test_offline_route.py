@@ -178,6 +178,20 @@ def test_build_runs_in_a_network_namespace_from_the_wheelhouse_alone(tmp_path):
     assert f"--no-index --find-links {wheels}" in out, out[-6000:]
     assert [w.name.split("-")[0] for w in (fixture.root / "wheels").glob("*.whl")] == ["purepy"]
     assert "Could not resolve host" not in out and "Retrying" not in out, out[-6000:]
+    # issue 33 item 14: a warm run installs nothing (no 27 "Requirement already satisfied")
+    again = subprocess.run(
+        result.args,
+        cwd=fixture.root,
+        capture_output=True,
+        text=True,
+        env=_clean_env(SGLFORGE_INDEX=str(wheels), SGLFORGE_TOOLCHAIN_PYTHON=sys.executable),
+        check=False,
+        timeout=600,
+    )
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-6000:]
+    assert "is up to date (sglforge and the locks): not reinstalled" in out, out[-6000:]
+    assert "Requirement already satisfied" not in out and "installing sglforge" not in out, out
 
 
 def test_patches_and_check_sessions_install_their_wheels_from_the_wheelhouse(tmp_path):

@@ -329,11 +329,17 @@ def install_toolchain(
         exit_with(session, 2, f"error: {exc}")
     from sglforge.builder import selflock
 
+    index = toolchain_lock.index_args(toolchain_lock.index_for("build", toolchain.index, None))
+    stamp = InstallStamp(venv, _install_key(root, index), torch)
+    if stamp.current():  # a warm run: the same locks, index and sglforge source as last time
+        session.log(
+            f"toolchain venv {venv} is up to date (sglforge and the locks): not reinstalled"
+        )
+        return str(venv_python)
     # sglforge first: its dependencies and build backend hash-pinned (lockfiles/sglforge.lock),
     # itself from this checkout without deps or an index (builder/selflock.py)
     env = toolchain_lock.pip_env()  # not merged with ours: no PIP_* from outside gets in
     session.log(f"installing sglforge into {venv} (shared by build, verify and matrix)")
-    index = toolchain_lock.index_args(toolchain_lock.index_for("build", toolchain.index, None))
     tmp = Path(session.create_tmp())
     for command in selflock.install_commands(str(venv_python), SGLFORGE_CHECKOUT, index, tmp):
         session.run(*command, env=env, include_outer_env=False, external=True)
@@ -347,7 +353,47 @@ def install_toolchain(
     )
     for command in commands:
         session.run(*command, env=env, include_outer_env=False, external=True)
+    stamp.write()
     return str(venv_python)
+
+
+def _install_key(root: Path, index: list[str]) -> str:
+    """What the toolchain venv's installs depend on, torch aside: both locks' bytes, the
+    index options and sglforge's own source (pyproject.toml and every file under src/)."""
+    digest = hashlib.sha256()
+    for path in (
+        root / "lockfiles" / "toolchain.lock",
+        SGLFORGE_CHECKOUT / "lockfiles" / "sglforge.lock",
+    ):
+        digest.update(path.read_bytes() if path.is_file() else b"-")
+    digest.update("\0".join(index).encode())
+    sources = [SGLFORGE_CHECKOUT / "pyproject.toml"]
+    sources += sorted(p for p in (SGLFORGE_CHECKOUT / "src" / "sglforge").rglob("*") if p.is_file())
+    for path in sources:
+        if "__pycache__" not in path.parts:
+            digest.update(
+                str(path.relative_to(SGLFORGE_CHECKOUT)).encode() + b"\0" + path.read_bytes()
+            )
+    return digest.hexdigest()
+
+
+class InstallStamp:
+    """`<venv>/.sglforge-installed`: the install key of the last complete install, and
+    whether torch was in it; a warm run with the same key (and no torch it lacks) installs
+    nothing. The build still checks every installed version against toolchain.toml."""
+
+    def __init__(self, venv: Path, key: str, torch: bool) -> None:
+        self.path, self.key, self.torch = venv / ".sglforge-installed", key, torch
+
+    def current(self) -> bool:
+        try:
+            key, torch = self.path.read_text().split()
+        except (OSError, ValueError):
+            return False
+        return key == self.key and (torch == "torch" or not self.torch)
+
+    def write(self) -> None:
+        self.path.write_text(f"{self.key} {'torch' if self.torch else 'no-torch'}\n")
 
 
 def self_lock_fits(session: Any, root: Path, lock: Any, toolchain: Any) -> None:
