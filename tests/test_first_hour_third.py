@@ -377,3 +377,45 @@ def test_python_3_9_is_told_to_use_a_newer_python_not_shown_a_traceback():
     )
     assert loaded.returncode == 2, loaded.stderr
     assert "this noxfile needs nox on Python 3.10 or newer" in loaded.stderr, loaded.stderr
+
+
+def test_the_bare_build_refuses_a_read_only_build_root_too(tmp_path):
+    from tests.fixtures.project import make_project
+    from tests.helpers import read_only
+
+    fixture = make_project(tmp_path)
+    locked = tmp_path / "ro"
+    (locked / "build-root").mkdir(parents=True)
+    prefix = read_only(locked)
+    if prefix is None:
+        pytest.skip("needs root and unshare (a read-only bind mount)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("SGLFORGE_PROJECT", None)
+    args = fixture.args()
+    args[args.index("--build-root") + 1] = str(locked / "build-root")
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "sglforge", *args, "build"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "is not writable: Read-only file system" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "OSError" not in result.stderr, result.stderr
+
+
+def test_demo_help_shows_its_whole_description():
+    result = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "demo", "--", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 0, out
+    assert "offline, in a few minutes on two cores." in out, out  # the sentence's end
+    assert "refused unless new, empty or made by the demo" in out, out

@@ -255,6 +255,11 @@ def run_build_verb(args: argparse.Namespace, ctx) -> int:
     project = ctx.project
     check_recipes(args.names, project.recipes_dir)
     cache = check_compiler_cache(ctx.settings)  # before any fetch or build step
+    from sglforge.base.fs import check_writable
+
+    check_writable(
+        ctx.settings.build_root, f"build root ({ctx.settings.origin('build-root')})"
+    )  # as the preflight does: a read-only root is refused before any work
     hostdeps.check(select_recipes(project, args.names).host_requires)
     if args.publish_dev and not args.dev:
         raise SglforgeError("--publish-dev is for dev builds: add --dev RECIPE")
