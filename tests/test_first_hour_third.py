@@ -419,3 +419,29 @@ def test_demo_help_shows_its_whole_description():
     assert result.returncode == 0, out
     assert "offline, in a few minutes on two cores." in out, out  # the sentence's end
     assert "refused unless new, empty or made by the demo" in out, out
+
+
+def test_the_bare_build_names_every_source_it_still_lacks_when_a_fetch_fails(tmp_path):
+    """`sglforge build` fetches per wheel; when the first fetch fails, the error lists what
+    the build's other upstreams lack in the cache too (checked offline), and the bundle
+    route."""
+    from tests.fixtures.project import make_project
+
+    fixture = make_project(tmp_path, ("purepy", "usespy"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("SGLFORGE_PROJECT", None)
+    args = fixture.args()
+    del args[args.index("--mirror") : args.index("--mirror") + 2]  # no mirror: unreachable
+    result = subprocess.run(
+        [sys.executable, "-m", "sglforge", *args, "build", "usespy"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "error: purepy: cannot fetch https://example.invalid/org/purepy" in result.stderr
+    assert "this build's other upstreams lack 1 source(s) in the cache as well:" in result.stderr
+    assert "  - usespy: commit " in result.stderr, result.stderr
+    assert "--from-bundle FILE" in result.stderr and "Traceback" not in result.stderr

@@ -491,6 +491,7 @@ class _Context:
     sandbox: sandbox.Bubblewrap | None = None  # None: --unsafe-no-sandbox
     remote: RemoteWheelCache | None = None  # None: no remote tier (or it became unavailable)
     substituted: dict[str, dict[str, str]] = field(default_factory=dict)  # BuildInputs'
+    upstreams: tuple[str, ...] = ()  # every upstream this build selects (a fetch error lists)
 
     def substitute_label(self, recipe: Recipe) -> str | None:
         """`sub<8 hex>` when the recipe's inputs are substituted (sources/substitute.py),
@@ -602,11 +603,32 @@ def _provenance(
 
 def _fetch(ctx: _Context, job: _WheelJob) -> None:
     wants = backport_wants([job.series])
-    report = fetch_sources(
-        ctx.lock, [job.recipe.upstream], ctx.settings, offline=False, extra=wants
-    )
+    try:
+        report = fetch_sources(
+            ctx.lock, [job.recipe.upstream], ctx.settings, offline=False, extra=wants
+        )
+    except SglforgeError as exc:
+        raise SglforgeError(exc.args[0] + _others_missing(ctx, job), hint=exc.hint) from None
     for warning in report.warnings:
         print(f"    warning: {warning}")
+
+
+def _others_missing(ctx: _Context, job: _WheelJob) -> str:
+    """The build's other upstreams whose sources the cache lacks too (checked offline: no
+    network), so a failed fetch of the first shows everything this build still needs."""
+    others = [u for u in ctx.upstreams if u != job.recipe.upstream]
+    if not others:
+        return ""
+    try:
+        fetch_sources(ctx.lock, others, ctx.settings, offline=True)
+    except SglforgeError as exc:
+        listed = [line for line in exc.args[0].splitlines() if line.startswith("  - ")]
+        if listed:
+            return (
+                f"\nthis build's other upstreams lack {len(listed)} source(s) in the cache as "
+                "well:\n" + "\n".join(listed)
+            )
+    return ""
 
 
 def _prepare(ctx: _Context, job: _WheelJob) -> None:
@@ -1396,6 +1418,7 @@ def _build_context(
         remote=remote_tier(settings, options),
         substituted=inputs.substituted,
         sandbox=box,
+        upstreams=tuple(dict.fromkeys(inputs.recipes[n].upstream for n in inputs.order)),
     )
 
 
