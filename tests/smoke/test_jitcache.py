@@ -30,6 +30,7 @@ KEY = JitKey(
     driver_major="580",
     server_args=("decode: --tp 1 --attention-backend triton", "prefill: --tp 1"),
     model_config="b" * 64,
+    stack_path="sglang=/opt/stack/site;flashinfer=/opt/stack/site",
 )
 
 

@@ -12,7 +12,8 @@ and whose other members are `roots/<root>/<relative path>`, one directory per ca
 
 The key (`JitKey`) binds it to what decides which kernels exist and whether they load: the wheel
 set (sha256 of the lock that pins it), the GPU's compute capability, the CUDA (nvcc) and driver
-majors, the server arguments that can change what compiles, and the model's config. At start the
+majors, the server arguments that can change what compiles, the model's config, and where the
+stack is installed (caches that name files by absolute path). At start the
 key is computed for this host and run; a different key is a warning and the cache is not used
 (the servers JIT-compile as they would without it), never a kernel built for something else.
 
@@ -109,6 +110,11 @@ class JitKey:
     driver_major: str  # the driver's: its PTX JIT cache is per driver
     server_args: tuple[str, ...]  # one line per server role, kernel-relevant arguments only
     model_config: str  # sha256 of the model's config.json, canonical JSON
+    # Where the stack's JIT packages are installed: flashinfer's ninja files and SGLang's JIT
+    # inputs name installed files by absolute path, so the same artifact under another install
+    # path compiles again (measured on the H200: 101.8 s instead of 59.1 s). A different path
+    # is a mismatch the operator is told about, not a silent JIT.
+    stack_path: str
 
     def components(self) -> dict[str, object]:
         data = asdict(self)
