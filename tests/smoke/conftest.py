@@ -168,6 +168,7 @@ class SmokeProject:
             "router": {
                 "command": router_command or [sys.executable, "-m", "sglang_router.launch_router"],
                 "port": self.ports["router"],
+                "metrics-port": self.ports["metrics"],
                 **(router_extra or {}),
             },
             "timeouts": {
@@ -277,7 +278,7 @@ def smoke_project(tmp_path: Path) -> SmokeProject:
     root = tmp_path / "project"
     (root / "lockfiles").mkdir(parents=True)
     (root / "lockfiles" / "upstreams.toml").write_text("")
-    ports = dict(zip(("prefill", "decode", "bootstrap", "router"), free_ports(4)))
+    ports = dict(zip(("prefill", "decode", "bootstrap", "router", "metrics"), free_ports(5)))
     project = SmokeProject(root=root, ports=ports)
     project.wheels = build_wheelset(root)
     project.write_profile()

@@ -141,9 +141,34 @@ def test_dry_run_of_shipped_profile_matches_topology(tmp_path: Path) -> None:
     ]
     assert after(router, "--decode") == "http://127.0.0.1:30001"
     assert after(router, "--port") == "8000"
+    # the router's second listener, its Prometheus metrics: named, and on the profile's host
+    # rather than sglang-router's default of every interface
+    assert after(router, "--prometheus-port") == "29000"
+    assert after(router, "--prometheus-host") == "127.0.0.1"
     assert "--pd-disaggregation" in router
     pip = next(line for line in lines if "pip install" in line)
     assert "--require-hashes" in pip and "lockfiles/wheels.lock" in pip
+
+
+def test_router_port_on_the_routers_own_metrics_port_is_refused_on_load(tmp_path: Path) -> None:
+    """sglang-router listens for Prometheus on 29000 unless told otherwise, so a router on port
+    29000 fails with 'Address already in use' from its own metrics server (seen in CI when a
+    free port drawn for the router happened to be 29000). The profile names the clash; moving
+    metrics-port (or the router) clears it; the flags cannot be set behind the smoke's back."""
+    path = tmp_path / "p.toml"
+    path.write_text(_profile_text(**{"port = 8000": "port = 29000"}))
+    with pytest.raises(ConfigErrors) as info:
+        load_profile(path, tmp_path)
+    assert "[router] metrics-port = 29000 is also [router] port" in str(info.value)
+
+    path.write_text(_profile_text(**{"port = 8000": "port = 29000\nmetrics-port = 29001"}))
+    profile = load_profile(path, tmp_path)
+    assert (profile.router.port, profile.router.metrics_port) == (29000, 29001)
+    assert profile.ports()[29001] == "router metrics port"
+
+    path.write_text(_profile_text(**{"port = 8000": 'port = 8000\nargs = ["--prometheus-port=9"]'}))
+    with pytest.raises(ConfigErrors, match=r"--prometheus-port is set by the smoke"):
+        load_profile(path, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["A=B", "$(touch pwned)", "1X", "", "a b", "X\n"])

@@ -77,6 +77,10 @@ def build_launch_plan(
         profile.host,
         "--port",
         str(profile.router.port),
+        "--prometheus-port",
+        str(profile.router.metrics_port),
+        "--prometheus-host",
+        profile.host,
     ]
     router_argv += [expand(a, values) for a in profile.router.args]
     router = LaunchCommand(

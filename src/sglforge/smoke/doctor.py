@@ -281,6 +281,8 @@ def _ports(profile: SmokeProfile, facts: HostFacts) -> list[Finding]:
 def _port_key(profile: SmokeProfile, port: int) -> str:
     if port == profile.router.port:
         return "[router] port"
+    if port == profile.router.metrics_port:
+        return "[router] metrics-port"
     if port == profile.prefill.bootstrap_port:
         return "[prefill] bootstrap-port"
     return "[prefill] port" if port == profile.prefill.port else "[decode] port"

@@ -46,6 +46,12 @@ TINY_MODEL = "tiny"
 # router listens, before any worker is registered; /readiness answers 200 only once healthy
 # prefill and decode workers are registered (503 "insufficient healthy workers" before).
 DEFAULT_ROUTER_READY_PATH = "/readiness"
+# sglang-router serves Prometheus metrics on a second port, 29000 on all interfaces unless told
+# otherwise: a router whose own port is 29000 fails with "Address already in use". The smoke
+# always names the metrics port (and binds it to the profile's host), so it is one of the
+# profile's ports, checked against the others and by the doctor.
+DEFAULT_ROUTER_METRICS_PORT = 29000
+ROUTER_METRICS_FLAGS = ("--prometheus-port", "--prometheus-host")
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class RouterSpec:
     args: tuple[str, ...]
     env: dict[str, str]
     ready_path: str = DEFAULT_ROUTER_READY_PATH
+    metrics_port: int = DEFAULT_ROUTER_METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ class SmokeProfile:
             self.prefill.port: "prefill HTTP port",
             self.decode.port: "decode HTTP port",
             self.router.port: "router port",
+            self.router.metrics_port: "router metrics port",
         }
         if self.prefill.bootstrap_port is not None:
             ports[self.prefill.bootstrap_port] = "prefill bootstrap port"
@@ -381,9 +389,18 @@ def _read_router(file: _ProfileFile) -> RouterSpec:
         args=tuple(r.str_list("args") or []),
         env=_env_table(r, file.text),
         ready_path=r.str("ready-path") or DEFAULT_ROUTER_READY_PATH,
+        metrics_port=r.int("metrics-port", minimum=1, maximum=PORT_MAX)
+        or DEFAULT_ROUTER_METRICS_PORT,
     )
     if not router.ready_path.startswith("/"):
         r.error("ready-path", f"must start with '/', got {router.ready_path!r}")
+    for flag in ROUTER_METRICS_FLAGS:
+        if any(a == flag or a.startswith(flag + "=") for a in router.args):
+            r.error(
+                "args",
+                f"{flag} is set by the smoke (the metrics port is [router] metrics-port, default "
+                f"{DEFAULT_ROUTER_METRICS_PORT}, on the profile's host); drop it from args",
+            )
     r.finish()
     return router
 
@@ -447,6 +464,7 @@ def _check_ports(
         ("[prefill] bootstrap-port", roles["prefill"].bootstrap_port),
         ("[decode] port", roles["decode"].port),
         ("[router] port", router.port),
+        ("[router] metrics-port", router.metrics_port),
         ("[colocated] port", colocated.port if colocated else None),
     ):
         if port and port in ports:
