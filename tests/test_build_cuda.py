@@ -28,7 +28,11 @@ def test_clean_rebuilds_are_bit_identical_and_audited(tmp_path):
     project = make_project(tmp_path, ("purepy", "cudaext"))
     first = project.run("build")
     assert first.returncode == 0, first.stderr
-    assert "audit ok: cudaext/libcudaext.so: sm_120a" in first.stdout
+    # the audit says where the wheel runs, by CUDA's rules: an arch-specific build not on GB10
+    assert (
+        "audit ok: cudaext/libcudaext.so: sm_120a; PTX compute_120a; runs on 12.0 (SASS "
+        "sm_120a); not on 12.1"
+    ) in first.stdout
     wheels = {e["name"]: e for e in project.manifest()["wheels"]}
     cuda = wheels["cudaext"]
     assert cuda["version"] == "0.3.0+sm120.cu130.e3b0c442"
@@ -97,7 +101,8 @@ def test_archs_are_selectable_per_recipe(tmp_path):
     )
     result = project.run("build")
     assert result.returncode == 0, result.stderr
-    assert "audit ok: cudaext/libcudaext.so: sm_120a, sm_90a" in result.stdout
+    assert "audit ok: cudaext/libcudaext.so: sm_120a, sm_90a; PTX " in result.stdout
+    assert "runs on 9.0 (SASS sm_90a), 12.0 (SASS sm_120a); not on 12.1" in result.stdout
     # the ELF audits ran: platform tag (not pure) and every DT_NEEDED resolved (system libs)
     assert "DT_NEEDED ok: " in result.stdout and "libc.so.6 (system)" in result.stdout
     [entry] = project.manifest()["wheels"]

@@ -106,6 +106,7 @@ NOT_RUN: dict[str, str] = {
     "nox -s check": "needs built wheels; tests/test_check.py builds fixture stacks",
     "nox -s check -- --wheels DIR --runtime-lock F": "needs a wheel set; tests/test_check.py",
     "nox -s check -- --python 3.12 --torch 2.11.0": "needs built wheels; tests/test_check.py",
+    "nox -s check -- --gpu 12.0,12.1": "needs built wheels; tests/test_arch_audit.py (real nvcc)",
     "pip download --no-deps --only-binary :all: --python-version 3.12 --require-hashes '$(for' "
     "v in '$(seq' 17 '28);' do echo --platform 'manylinux_2_${v}_x86_64;' 'done)' --platform "
     "manylinux2014_x86_64 --platform any -r lockfiles/runtime.lock -d WHEELHOUSE": "downloads ~3.2 GB from PyPI; run by hand on the committed runtime.lock (189 wheels)",

@@ -1075,7 +1075,8 @@ def _elf_audit(ctx: _Context, job: _WheelJob) -> None:
 
 
 def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
-    """cuobjdump: the required SASS in every ELF with device code."""
+    """cuobjdump: the required SASS in every ELF with device code; the log line says which
+    GPUs of those archs' majors each ELF runs on (audit.runs_on)."""
     assert job.final is not None
     if ctx.cuobjdump is None:
         ctx.cuobjdump = audit.find_cuobjdump(ctx.cuda.home if ctx.cuda else None)
@@ -1083,8 +1084,13 @@ def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
         raise SglforgeError(
             "arch audit needs cuobjdump (CUDA toolkit or PyPI 'nvidia-cuda-cuobjdump'), none found"
         )
-    for elf in audit.audit_wheel(job.final, job.recipe.cuda_archs, ctx.cuobjdump):
-        print(f"    audit ok: {elf.member}: {', '.join(elf.archs)}")
+    found = audit.audit_wheel(job.final, job.recipe.cuda_archs, ctx.cuobjdump)
+    gaps = audit.load_gaps(found, audit.implied_devices(job.recipe.cuda_archs))
+    if gaps:  # the SASS check implies these; a guard, in the runs_on rules' own terms
+        raise SglforgeError(f"{job.final.name}: arch audit failed:\n  - " + "\n  - ".join(gaps))
+    devices = audit.family_devices(job.recipe.cuda_archs)
+    for elf in found:
+        print(f"    audit ok: {elf.member}: {elf.describe(devices)}")
 
 
 def _leak_scan(ctx: _Context, job: _WheelJob) -> None:

@@ -33,6 +33,7 @@ class CheckOptions:
     python: str | None = None  # serving Python (major.minor); default: toolchain
     torch: str | None = None  # serving torch; default: toolchain
     kernel_modules: tuple[str, ...] = KERNEL_MODULES
+    gpus: tuple[str, ...] = ()  # compute capabilities the device code must run on (--gpu)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class CheckResult:
     findings: Findings
     target: Target
     wheels: list[str] = field(default_factory=list)
+    parts: tuple[str, ...] = PARTS  # the parts run (devices only with --gpu)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +76,13 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
     else:
         findings.hint("labels", f"no {project.toolchain.name} / recipes/: labels not checked")
     check_abi(stack, target, findings)
-    return CheckResult(findings, target, [w.file.name for w in stack.wheels])
+    parts = PARTS
+    if options.gpus:
+        from sglforge.check.devices import PART, check_devices
+
+        check_devices(stack, options.gpus, findings)
+        parts += (PART,)
+    return CheckResult(findings, target, [w.file.name for w in stack.wheels], parts)
 
 
 def unbuilt_recipes(stack, recipes: dict) -> dict[str, str]:
@@ -162,7 +170,7 @@ def render(result: CheckResult) -> str:
     ):
         for finding in result.findings.of(severity):
             lines.append(f"  {title:<6} {finding.check:<10} {finding.message}")
-    counts = {p: sum(1 for f in result.findings.errors if f.check == p) for p in PARTS}
+    counts = {p: sum(1 for f in result.findings.errors if f.check == p) for p in result.parts}
     status = "ok" if result.ok else "FAILED"
     lines.append(
         f"check: {status} — "
@@ -180,7 +188,7 @@ def document(result: CheckResult) -> dict:
         "wheels": list(result.wheels),
         "parts": {
             part: {"errors": sum(1 for f in result.findings.errors if f.check == part)}
-            for part in PARTS
+            for part in result.parts
         },
         "findings": [
             {"part": f.check, "level": f.level, "message": f.message} for f in result.findings.items

@@ -48,6 +48,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="VERSION",
         help="serving torch (default: torch in lockfiles/toolchain.toml)",
     )
+    p.add_argument(
+        "--gpu",
+        default=None,
+        metavar="CC[,CC]",
+        type=_devices,
+        help="also check that every wheel's device code runs on GPUs of these compute "
+        "capabilities (e.g. 12.0,12.1: RTX PRO 6000 and DGX Spark), from the SASS and PTX "
+        "each ELF carries (needs cuobjdump)",
+    )
     add_json_option(p, "check", "the result")
     p.set_defaults(func=run_check_verb)
 
@@ -58,6 +67,16 @@ def _major_minor(value: str) -> str:
     if not re.fullmatch(r"[0-9]+\.[0-9]+", value):
         raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR like 3.12, got {value!r}")
     return value
+
+
+def _devices(value: str) -> tuple[str, ...]:
+    from sglforge.base.errors import SglforgeError
+    from sglforge.wheel.audit import parse_devices
+
+    try:
+        return parse_devices(value)
+    except SglforgeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--gpu {value!r}: ")) from None
 
 
 def check_or_fail(
@@ -105,6 +124,8 @@ def run_check_verb(args: argparse.Namespace, ctx) -> int:
         python=args.python,
         torch=args.torch,
     )
+    if args.gpu:
+        options["gpus"] = args.gpu
     if not args.json:
         return check_or_fail(ctx.project, **options)
     from sglforge.check.run import CheckOptions, document, render, run_check

@@ -8,6 +8,14 @@ except that a family-specific cubin (`code=sm_120f`) is listed as `….sm_120.cu
 12.8 and 13.5 alike). Where the recipe requires an `f` arch, the fatbin headers of
 `cuobjdump -elf` (`arch = sm_120f`, one per cubin) are read for the ELFs that list the bare
 arch, so an sm_120f build passes and a plain sm_120 one does not.
+
+Which GPUs an ELF runs on follows from what it carries, by CUDA's compatibility rules
+(`runs_on`): SASS `sm_XY` runs on compute capability X.Z for Z >= Y (same major); `sm_XYa` on
+X.Y alone; `sm_XYf` on the family's members from X.Y up (sm_120f: 12.0 and 12.1, RTX PRO 6000
+and DGX Spark / GB10); PTX `compute_XY` JIT-compiles on every capability from X.Y up,
+`compute_XYa` on X.Y alone, `compute_XYf` on the family. `--list-elf` names an sm_120f cubin
+`sm_120`, and a plain sm_120 cubin runs on the same known GPUs, so the listing suffices here;
+`cuobjdump --list-ptx` names PTX with its suffix (`….sm_120f.ptx`).
 """
 
 from __future__ import annotations
@@ -29,12 +37,91 @@ from sglforge.base.errors import SglforgeError
 
 CUBIN_LINE = re.compile(r"ELF file\s+[0-9]+:\s*\S*?\.(sm_[0-9]+[af]?)\.cubin")
 FATBIN_ARCH = re.compile(r"arch = (sm_[0-9]+[af]?)")  # a fatbin entry's header in `-elf`
+PTX_LINE = re.compile(r"PTX file\s+[0-9]+:\s*\S*?\.(sm_[0-9]+[af]?)\.ptx")
+ARCH = re.compile(r"sm_([0-9]+)([0-9])([af]?)")
+COMPUTE_CAPABILITY = re.compile(r"([0-9]{1,2})\.([0-9])")
+
+# The compute capabilities CUDA 13 compiles for (Turing and later; 11.0 is Thor, 10.1 before
+# CUDA 13): the GPUs a loadability answer is given for.
+KNOWN_DEVICES = ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def runs_on(arch: str, *, ptx: bool = False) -> tuple[str, ...]:
+    """The known compute capabilities that code for `arch` (`sm_120a`, or for PTX the same
+    spelling of `compute_120a`) runs on, by CUDA's rules (module docstring)."""
+    match = ARCH.fullmatch(arch)
+    if match is None:
+        raise ValueError(f"{arch!r} is not an arch like sm_120a")
+    major, minor, suffix = int(match.group(1)), int(match.group(2)), match.group(3)
+    devices = [_cc(d) for d in KNOWN_DEVICES]
+    if suffix == "a":
+        chosen = [d for d in devices if d == (major, minor)]
+    elif suffix == "f" or not ptx:  # a family, or plain SASS: the same major, this minor up
+        chosen = [d for d in devices if d[0] == major and d[1] >= minor]
+    else:  # plain PTX: JIT on anything from here up
+        chosen = [d for d in devices if d >= (major, minor)]
+    return tuple(f"{a}.{b}" for a, b in chosen)
+
+
+def implied_devices(required: tuple[str, ...]) -> tuple[str, ...]:
+    """The GPUs a recipe's `cuda-archs` promise (each required SASS arch's `runs_on`)."""
+    found = {d for arch in required for d in runs_on(arch)}
+    return tuple(d for d in KNOWN_DEVICES if d in found)
+
+
+def family_devices(required: tuple[str, ...]) -> tuple[str, ...]:
+    """The known GPUs of the majors `required` names (sm_120a: 12.0 and 12.1): what the
+    audit reports loadability for, so an arch-specific build says where it does not run."""
+    majors = {int(ARCH.fullmatch(a).group(1)) for a in required if ARCH.fullmatch(a)}
+    return tuple(d for d in KNOWN_DEVICES if _cc(d)[0] in majors)
+
+
+def parse_devices(text: str) -> tuple[str, ...]:
+    """ "12.0,12.1" -> ("12.0", "12.1"); an unknown capability is an error naming it."""
+    devices = tuple(part.strip() for part in text.split(",") if part.strip())
+    bad = [d for d in devices if d not in KNOWN_DEVICES]
+    if not devices or bad:
+        raise SglforgeError(
+            f"--gpu {text!r}: {', '.join(map(repr, bad)) or 'no compute capability'} is not a "
+            f"known compute capability (known: {', '.join(KNOWN_DEVICES)})"
+        )
+    return devices
 
 
 @dataclass(frozen=True)
 class ElfArchs:
     member: str  # path inside the wheel
     archs: tuple[str, ...]  # SASS targets found, sorted
+    ptx: tuple[str, ...] = ()  # PTX targets found (sm_ spelling of compute_), sorted
+
+    def runs_with(self, device: str) -> str | None:
+        """What a GPU of compute capability `device` runs from this ELF: its SASS if some
+        cubin fits, else PTX it JIT-compiles at load, else None (no kernel image)."""
+        for arch in self.archs:
+            if device in runs_on(arch):
+                return f"SASS {arch}"
+        for arch in self.ptx:
+            if device in runs_on(arch, ptx=True):
+                return f"PTX {arch.replace('sm_', 'compute_')} (JIT)"
+        return None
+
+    def describe(self, devices: tuple[str, ...]) -> str:
+        """ "sm_120a; runs on 12.0 (SASS sm_120a); not on 12.1" for the audit's log line."""
+        parts = [", ".join(self.archs) or "no SASS"]
+        if self.ptx:
+            parts.append("PTX " + ", ".join(a.replace("sm_", "compute_") for a in self.ptx))
+        runs = {d: self.runs_with(d) for d in devices}
+        if any(runs.values()):
+            parts.append("runs on " + ", ".join(f"{d} ({w})" for d, w in runs.items() if w))
+        missing = [d for d, w in runs.items() if w is None]
+        if missing:
+            parts.append("not on " + ", ".join(missing))
+        return "; ".join(parts)
 
 
 CUOBJDUMP_VAR = "SGLFORGE_CUOBJDUMP"
@@ -66,21 +153,32 @@ def find_cuobjdump(cuda_home: Path | None = None) -> Path | None:
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 
-def list_archs(cuobjdump: Path, elf: Path, families: bool = False) -> tuple[str, ...]:
-    """The SASS targets of the cubins in `elf`; with `families`, a bare `sm_N` as listed is
-    replaced by what the fatbin headers say (`sm_Nf` for a family-specific cubin)."""
+def list_archs(
+    cuobjdump: Path, elf: Path, families: bool = False, label: str | None = None
+) -> tuple[str, ...]:
+    """The SASS targets of the cubins in `elf` (`label`: its name in errors); with
+    `families`, a bare `sm_N` as listed is replaced by what the fatbin headers say (`sm_Nf`
+    for a family-specific cubin)."""
     proc = subprocess.run(
         [str(cuobjdump), "--list-elf", str(elf)], capture_output=True, text=True, check=False
     )
     text = proc.stdout + proc.stderr
     archs = set(CUBIN_LINE.findall(text))
     if proc.returncode != 0 and not archs and "does not contain device code" not in text:
-        raise SglforgeError(f"cuobjdump failed on {elf.name}: {text.strip()[-500:]}")
+        raise SglforgeError(f"cuobjdump failed on {label or elf.name}: {text.strip()[-500:]}")
     bare = {a for a in archs if a[-1].isdigit()}
     if families and bare:
         headers = fatbin_archs(cuobjdump, elf)
         archs = (archs - bare) | {a for a in headers if a.rstrip("af") in bare}
     return tuple(sorted(archs))
+
+
+def list_ptx(cuobjdump: Path, elf: Path) -> tuple[str, ...]:
+    """The PTX targets embedded in `elf` (`sm_120f` for compute_120f), sorted."""
+    proc = subprocess.run(
+        [str(cuobjdump), "--list-ptx", str(elf)], capture_output=True, text=True, check=False
+    )
+    return tuple(sorted(set(PTX_LINE.findall(proc.stdout + proc.stderr))))
 
 
 def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
@@ -104,8 +202,9 @@ def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
     return found
 
 
-def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list[ElfArchs]:
-    """Check every device-code ELF; raise naming each file that misses a required arch."""
+def device_code(wheel: Path, cuobjdump: Path, *, families: bool = False) -> list[ElfArchs]:
+    """Every ELF member of `wheel` that holds device code, with its SASS and PTX targets
+    (`families`: bare `sm_N` cubins resolved to `sm_Nf` where the fatbin headers say so)."""
     found: list[ElfArchs] = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for info in archive.infolist():
@@ -116,9 +215,16 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                     continue
             target = Path(tmp) / "member.elf"
             target.write_bytes(archive.read(info))
-            archs = list_archs(cuobjdump, target, families=any(a.endswith("f") for a in required))
-            if archs:
-                found.append(ElfArchs(info.filename, archs))
+            archs = list_archs(cuobjdump, target, families=families, label=info.filename)
+            ptx = list_ptx(cuobjdump, target)
+            if archs or ptx:
+                found.append(ElfArchs(info.filename, archs, ptx))
+    return found
+
+
+def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list[ElfArchs]:
+    """Check every device-code ELF; raise naming each file that misses a required arch."""
+    found = device_code(wheel, cuobjdump, families=any(a.endswith("f") for a in required))
     if required:
         if not found:
             raise SglforgeError(
@@ -127,7 +233,7 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
             )
         gaps = [
             f"  - {e.member}: missing {', '.join(sorted(set(required) - set(e.archs)))} "
-            f"(has {', '.join(e.archs)})"
+            f"(has {', '.join(e.archs) or 'no SASS'})"
             for e in found
             if set(required) - set(e.archs)
         ]
@@ -137,6 +243,17 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                 hint="check the recipe's arch list (gencodes / arch env)",
             )
     return found
+
+
+def load_gaps(found: list[ElfArchs], devices: tuple[str, ...]) -> list[str]:
+    """One line per ELF that a GPU of one of `devices` could not load ('no kernel image is
+    available for execution on the device'), naming what the ELF carries instead."""
+    return [
+        f"{e.member}: nothing runs on {', '.join(missing)} (carries {e.describe(())})"
+        for e in found
+        for missing in [[d for d in devices if e.runs_with(d) is None]]
+        if missing
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
