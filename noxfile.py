@@ -128,6 +128,15 @@ def doctor(session: nox.Session) -> None:
     _sglforge(session, "doctor")
 
 
+@nox.session(python=False, default=False)
+def profile(session: nox.Session) -> None:
+    """GPU host: propose a PD profile from the GPU/NUMA/NIC topology.
+
+    -- --from-host|--facts CAPTURE [--save-facts PATH] [--out FILE [--force]] [--model M]
+    """
+    _sglforge(session, "profile")
+
+
 @nox.session(default=False)
 def dev(session: nox.Session) -> None:
     """Make a venv with sglforge installed editable (the `sglforge` CLI).

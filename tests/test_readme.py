@@ -63,6 +63,12 @@ RUN: dict[str, tuple[set[int], str]] = {
 
 # Deliberately not run, with the reason. Everything extracted must be in RUN or here.
 NOT_RUN: dict[str, str] = {
+    "nox -s profile -- --from-host --out profiles/this-host.toml": "probes a GPU host; "
+    "tests/smoke/test_profile_from_host.py proposes from recorded captures",
+    "nox -s profile -- --from-host --save-facts capture/": "probes a GPU host; "
+    "tests/smoke/test_profile_from_host.py saves and reloads captures",
+    "nox -s profile -- --facts capture/ --out profiles/that-host.toml": "needs a capture; "
+    "tests/smoke/test_profile_from_host.py runs the verb on the recorded ones",
     "pip install nox && nox -s demo": "installs the build tools (an index); tests/test_demo.py "
     "runs `python -m demo`",
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",

@@ -31,6 +31,7 @@ from sglforge.cli import (  # verbs
     config,
     patches,
     preflight,
+    profile,  # issue 36 item 4
     publish,
     receipt,  # verbs `receipt`, `reference` (issue 24)
     smoke,
@@ -42,6 +43,7 @@ from sglforge.cli.context import Context
 # Modules that contribute verbs, in help order.
 VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt, preflight)
 VERB_MODULES += (warm,)  # issue 34: `warm`, listed last
+VERB_MODULES += (profile,)  # issue 36 item 4
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"
