@@ -16,7 +16,7 @@ from sglforge.smoke import hostcapture as hc
 from sglforge.smoke.hostcapture import HostCapture
 
 # nvidia-smi topo -m's link kinds, nearest first (its legend). NV# (NVLink) is GPU↔GPU only.
-LINK_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+LINK_RANK = {"X": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5, "SOC": 5}  # SOC: old SYS
 DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 MAX_GPUS = 1024
@@ -170,8 +170,8 @@ def _numa_cell(capture: HostCapture, line: int, columns: list[str], cells: list[
     )
     if value.isdigit() and int(value) < MAX_NODES:
         return int(value)
-    if value in ("N/A", "", "-1"):
-        return None
+    if value in ("N/A", "", "-1") or re.fullmatch(r"\d+(?:[-,]\d+)+", value):
+        return None  # unknown, or several nodes (no one node to bind to)
     raise _fail(capture, hc.TOPO, line, f"NUMA Affinity {value[:20]!r} is not a node number")
 
 
