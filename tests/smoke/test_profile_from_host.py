@@ -311,3 +311,30 @@ def test_a_capture_without_gpus_says_where_to_record_one(
     empty.mkdir()
     assert main(["profile", "--facts", str(empty)]) == 2
     assert "no capture files there" in capsys.readouterr().err
+
+
+def test_from_host_runs_the_probes_and_notes_the_ones_that_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live reader, with stand-in nvidia-smi/numactl/ucx_info on PATH (this host has none):
+    what they print is kept byte for byte; a failing probe is left out and named."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    topo, query = RTX / hc.TOPO, RTX / hc.GPU_QUERY
+    scripts = {
+        "nvidia-smi": f'if [ "$1" = topo ]; then cat {topo}; else cat {query}; fi',
+        "numactl": f"cat {RTX / hc.NUMACTL}",
+        "ucx_info": "echo 'ucx_info: no UCX here' >&2; exit 3",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    saved = tmp_path / "facts.json"
+    assert main(["profile", "--from-host", "--save-facts", str(saved)]) == 0
+    texts = json.loads(saved.read_text())["captures"]
+    assert texts[hc.TOPO] == topo.read_text() and texts[hc.GPU_QUERY] == query.read_text()
+    assert hc.UCX_INFO not in texts and "ucx_info -d: exit 3" in texts[hc.ORIGIN]
+    assert texts[hc.PORTS].splitlines()[0] in ("30000 free", "30000 busy: Address already in use")
+    assert "/sys/bus/pci/devices/0000:16:00.0/numa_node = " in texts[hc.SYSFS]
+    assert "gpus = [0, 1, 2, 3]" in capsys.readouterr().out
