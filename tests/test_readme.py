@@ -69,6 +69,15 @@ NOT_RUN: dict[str, str] = {
     "tests/smoke/test_profile_from_host.py saves and reloads captures",
     "nox -s profile -- --facts capture/ --out profiles/that-host.toml": "needs a capture; "
     "tests/smoke/test_profile_from_host.py runs the verb on the recorded ones",
+    "'sglforge-stack-<version>/install.sh' /opt/sglang/bin/python": "serving-host install of a "
+    "bundle; tests/test_bundle.py and tests/test_bundle_jit.py run install.sh",
+    "nox -s warm -- --profile h200-pd-1gpu --venv /opt/sglang": "GPU host (H200); "
+    "tests/smoke/test_jitcache.py runs warm with stand-in servers",
+    "nox -s bundle -- --wheelhouse WHEELHOUSE/ --jit-cache "
+    "'build/jitcache/jitcache-<key16>.tar.gz'": "needs built wheels and a warm artifact; "
+    "tests/test_bundle_jit.py bundles a fixture artifact",
+    ". /opt/sglang/sglforge-jit.env": "a serving host's env file; tests/test_bundle_jit.py "
+    "sources the one install.sh wrote",
     "pip install nox && nox -s demo": "installs the build tools (an index); tests/test_demo.py "
     "runs `python -m demo`",
     "pip install nox && nox -s build": "a full CUDA build (hours; network)",

@@ -272,6 +272,10 @@ def test_a_tampered_or_hostile_artifact_is_refused(tmp_path: Path, change, expec
         jitcache.unpack(bad, jitcache.read_manifest(bad), root)
     message = str(info.value)
     assert str(bad) in message and expected in message, message
+    # verify (bundle, install.sh's check before pip) refuses it the same way, writing nothing
+    with pytest.raises(JitCacheRefused) as again:
+        jitcache.verify(bad, jitcache.read_manifest(bad))
+    assert str(bad) in str(again.value) and expected in str(again.value), str(again.value)
     assert not root.exists()  # nothing half-unpacked
     assert not (tmp_path / "x" / "escaped").exists() and not (tmp_path / "escaped").exists()
     assert [p.name for p in root.parent.iterdir()] == []  # the staging directory is gone

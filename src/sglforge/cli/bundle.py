@@ -84,6 +84,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="SSH private key that signs the anchor (ssh-keygen -Y sign, namespace "
         "sglforge-bundle; default: the `sign-key` setting, SGLFORGE_SIGN_KEY)",
     )
+    p.add_argument(
+        "--jit-cache",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="ARTIFACT",
+        help="a JIT-cache artifact of `sglforge warm` to carry (repeatable; verified, and made "
+        "for this lock): install.sh unpacks the one whose key matches the host",
+    )
     p.set_defaults(func=run_bundle)
 
 
@@ -182,8 +191,11 @@ def run_bundle(args: argparse.Namespace, ctx) -> int:
             zstd=args.zstd,
             sign_key=sign_key,
             sign_key_origin=origin,
+            jit_caches=tuple(path.absolute() for path in args.jit_cache),
         ),
     )
+    for member in written.jit_caches:
+        print(f"bundle: JIT cache {member} (install.sh unpacks it where its key matches)")
     print(f"bundle: archive sha256 {written.archive_sha256}  {written.archive.name}")
     print(f"bundle: SHA256SUMS sha256 {written.sums_sha256} (install.sh --sha256sums)")
     print(

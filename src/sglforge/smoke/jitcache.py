@@ -171,6 +171,40 @@ def model_config_digest(model: Path) -> str:
     return key_digest(document if isinstance(document, dict) else {"config": document})
 
 
+JIT_PACKAGES = ("sglang", "flashinfer", "deep_gemm", "tilelang")
+_FIND = (
+    "import importlib.util as u, os, sys\n"
+    "for name in sys.argv[1:]:\n"
+    "    spec = u.find_spec(name)\n"
+    "    origin = spec.origin if spec and spec.origin else None\n"
+    "    print(name + '=' + (os.path.dirname(os.path.dirname(origin)) if origin else '-'))\n"
+)
+
+
+def stack_path(python: Path, env: Mapping[str, str]) -> str:
+    """Where the stack's interpreter finds the JIT packages (found, not imported: importing
+    SGLang takes seconds), with the servers' environment; "unknown" if it cannot say. The
+    smoke (smoke/jitstep.py) and a serving host's install.sh (smoke/jithost.py) both ask
+    this, so the key component means the same on both."""
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            [str(python), "-c", _FIND, *JIT_PACKAGES],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if result.returncode != 0:
+        return "unknown"
+    return ";".join(result.stdout.split())
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -434,18 +468,13 @@ def unpack(
     matched: a directory sglforge made, or an absent or empty one). Two streaming passes: the
     first checks every header (sources/archive.py's rules and ours), the second writes."""
     label = f"JIT cache {artifact}"
-    _check_replaceable(root)
+    check_replaceable(root)
     try:
         with tarfile.open(artifact, "r|*") as archive:
             planned = plan_members(_members(archive, manifest, label), label, limits)
         with staging_dir(root) as staged:
             seen = _write_members(artifact, planned, manifest, staged, label)
-            missing = sorted(set(manifest.files) - seen)
-            if missing:
-                raise JitCacheRefused(
-                    f"{label}: {len(missing)} file(s) of the manifest are not in the archive, "
-                    f"first {missing[0]!r}"
-                )
+            _refuse_missing(manifest, seen, label)
             (staged / ROOT_MARKER).write_text(manifest.key_digest + "\n")
             replace_dir(staged, root)
     except SglforgeError:
@@ -457,23 +486,56 @@ def unpack(
     return Unpacked(root, len(seen), sum(size for _, size in manifest.files.values()))
 
 
+def verify(artifact: Path, manifest: Manifest, limits: ArchiveLimits = JIT_LIMITS) -> Unpacked:
+    """Every check `unpack` makes (the archive rules, ours, each file's sha256, nothing of the
+    manifest missing), writing nothing: `bundle` and install.sh refuse a bad artifact with this
+    before anything is bundled or installed."""
+    label = f"JIT cache {artifact}"
+    try:
+        with tarfile.open(artifact, "r|*") as archive:
+            planned = plan_members(_members(archive, manifest, label), label, limits)
+        seen = _write_members(artifact, planned, manifest, None, label)
+    except SglforgeError:
+        raise
+    except ARCHIVE_READ_ERRORS as exc:
+        raise JitCacheRefused(
+            f"{label}: not a readable tar archive ({type(exc).__name__}: {exc})"
+        ) from None
+    _refuse_missing(manifest, seen, label)
+    return Unpacked(Path(), len(seen), sum(size for _, size in manifest.files.values()))
+
+
+def _refuse_missing(manifest: Manifest, seen: set[str], label: str) -> None:
+    missing = sorted(set(manifest.files) - seen)
+    if missing:
+        raise JitCacheRefused(
+            f"{label}: {len(missing)} file(s) of the manifest are not in the archive, "
+            f"first {missing[0]!r}"
+        )
+
+
 def _write_members(
-    artifact: Path, planned: list, manifest: Manifest, staged: Path, label: str
+    artifact: Path, planned: list, manifest: Manifest, staged: Path | None, label: str
 ) -> set[str]:
-    """The second pass: the planned members, in the same order, written under `staged`."""
+    """The second pass: the planned members, in the same order, written under `staged` (or,
+    with None, only read and their sha256 checked)."""
     seen: set[str] = set()
     with tarfile.open(artifact, "r|*") as archive:
         for member, item in zip(archive, planned):
             if member.name != item.member.name:  # the file changed between the passes
                 raise JitCacheRefused(f"{label}: member {member.name!r} changed while read")
-            if member.name == MANIFEST:
+            if member.name == MANIFEST or item.kind == "dir":
+                if staged is not None and item.kind == "dir":
+                    staged.joinpath(*item.path[1:]).mkdir(mode=0o755, parents=True, exist_ok=True)
+                continue
+            sha256 = manifest.files[member.name][0]
+            if staged is None:
+                _write_checked(archive, member, None, sha256, label)
+                seen.add(member.name)
                 continue
             where = staged.joinpath(*item.path[1:])
-            if item.kind == "dir":
-                where.mkdir(mode=0o755, parents=True, exist_ok=True)
-                continue
             where.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            _write_checked(archive, member, where, manifest.files[member.name][0], label)
+            _write_checked(archive, member, where, sha256, label)
             mtime = manifest.mtimes.get(member.name)
             if mtime is not None:  # ninja-built caches (flashinfer) compare them: see pack()
                 os.utime(where, ns=(mtime, mtime), follow_symlinks=False)
@@ -482,19 +544,23 @@ def _write_members(
 
 
 def _write_checked(
-    archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path, sha256: str, label: str
+    archive: tarfile.TarFile, member: tarfile.TarInfo, where: Path | None, sha256: str, label: str
 ) -> None:
     source = archive.extractfile(member)
     if source is None:
         raise JitCacheRefused(f"{label}: member {member.name!r} has no data")
     mode = 0o755 if member.mode & 0o111 else 0o644
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     digest = hashlib.sha256()
-    with os.fdopen(os.open(where, flags, mode), "wb") as out:
+    if where is None:
         for chunk in iter(lambda: source.read(1 << 20), b""):
             digest.update(chunk)
-            out.write(chunk)
-    os.chmod(where, mode)
+    else:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(where, flags, mode), "wb") as out:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+        os.chmod(where, mode)
     if digest.hexdigest() != sha256:
         raise JitCacheRefused(
             f"{label}: member {member.name!r} has sha256 {digest.hexdigest()}, the manifest "
@@ -502,7 +568,7 @@ def _write_checked(
         )
 
 
-def _check_replaceable(root: Path) -> None:
+def check_replaceable(root: Path) -> None:
     """`root` is absent, empty or a cache root sglforge made: never replace a stranger."""
     if root.is_symlink() or (root.exists() and not root.is_dir()):
         raise SglforgeError(f"JIT cache root {root} is not a directory")
@@ -515,7 +581,7 @@ def _check_replaceable(root: Path) -> None:
 
 def fresh_root(root: Path, key: JitKey) -> None:
     """An empty cache root for a warm run (the previous one of sglforge's removed)."""
-    _check_replaceable(root)
+    check_replaceable(root)
     remove_tree(root)
     root.mkdir(parents=True)
     (root / ROOT_MARKER).write_text(key.digest + "\n")

@@ -49,41 +49,8 @@ def run_key(opts: Any, facts: Any, plan: LaunchPlan) -> jitcache.JitKey:
         driver_major=driver.split(".")[0],
         server_args=tuple(sorted(f"{c.role}: {jitcache.kernel_args(c.argv)}" for c in servers)),
         model_config=jitcache.model_config_digest(Path(profile.model)),
-        stack_path=stack_path(opts.python, plan.prefill.env),
+        stack_path=jitcache.stack_path(opts.python, plan.prefill.env),
     )
-
-
-JIT_PACKAGES = ("sglang", "flashinfer", "deep_gemm", "tilelang")
-_FIND = (
-    "import importlib.util as u, os, sys\n"
-    "for name in sys.argv[1:]:\n"
-    "    spec = u.find_spec(name)\n"
-    "    origin = spec.origin if spec and spec.origin else None\n"
-    "    print(name + '=' + (os.path.dirname(os.path.dirname(origin)) if origin else '-'))\n"
-)
-
-
-def stack_path(python: Path, env: dict[str, str]) -> str:
-    """Where the stack's interpreter finds the JIT packages (found, not imported: importing
-    SGLang takes seconds), with the servers' environment; "unknown" if it cannot say."""
-    import os
-    import subprocess
-
-    try:
-        result = subprocess.run(
-            [str(python), "-c", _FIND, *JIT_PACKAGES],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **env},
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    if result.returncode != 0:
-        return "unknown"
-    return ";".join(result.stdout.split())
 
 
 def _map_servers(plan: LaunchPlan, change) -> LaunchPlan:
