@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.smoke import jitcache, jithost
+from sglforge.smoke import dgwarmup, jitcache, jithost
 from sglforge.smoke.jitcache import JitKey
 from tests.smoke.test_jitcache import CUBIN, _retar, _tampered_content, make_caches
 from tests.test_bundle import _archive, _bundle, _project
@@ -90,8 +90,11 @@ def _install(bundle: Path, python: Path, bin_dir: Path, *args: str, cap: str = "
 
 
 def _artifact(tmp: Path, key: JitKey, name: str = "caches") -> Path:
+    """An artifact as warm writes it, with a DeepGEMM warmup marker (which install.sh's shipped
+    code must read too)."""
     make_caches(tmp / name)
-    return jitcache.pack(tmp / name, key, tmp / f"{name}-out").path
+    marker = dgwarmup.marker(key.digest, [("prefill", {}, "")])
+    return jitcache.pack(tmp / name, key, tmp / f"{name}-out", marker).path
 
 
 def _bundled(host: dict, tmp: Path, *artifacts: Path, out: str = "dist") -> Path:

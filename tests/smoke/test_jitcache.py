@@ -463,3 +463,124 @@ def test_the_h200_router_launcher_starts_the_real_router(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert smoke_project.report()["startup"]["router_s"] > 0
+
+
+# --------------------------------------------------------------------------------------------
+# The DeepGEMM warmup marker (issue 34 item 4): written by warm from the servers' logs; the
+# all-M warmup is skipped only when it fits the run
+
+
+WARM_LOG = (
+    "[..] Try DeepGEMM JIT Compiling for <GEMM_NT_F8F8BF16> N=4096, K=7168, num_groups=1 with "
+    "all Ms. It only takes a little time\n"
+    "[..] Try DeepGEMM JIT Compiling for <GROUPED_GEMM_NT_F8F8BF16_MASKED> N=4096, K=7168, "
+    "num_groups=8 with all Ms.\n"
+)
+
+
+def test_the_marker_is_complete_only_when_the_warmup_ran_in_full() -> None:
+    from sglforge.smoke import dgwarmup
+
+    good = dgwarmup.marker(KEY.digest, [("prefill", {}, WARM_LOG), ("decode", {}, "")])
+    assert good["complete"] and good["problems"] == []
+    assert good["roles"]["prefill"]["shapes"] == [
+        "<GEMM_NT_F8F8BF16> N=4096 K=7168 num_groups=1",
+        "<GROUPED_GEMM_NT_F8F8BF16_MASKED> N=4096 K=7168 num_groups=8",
+    ]
+    assert good["roles"]["decode"]["shapes"] == []
+    assert dgwarmup.check_marker(good) is None
+    reduced = WARM_LOG + "... reducing max_m to 4096 to avoid out of memory\n"
+    cut = dgwarmup.marker(KEY.digest, [("prefill", {}, reduced)])
+    assert not cut["complete"] and "cut the warmup short (max_m 4096" in cut["problems"][0]
+    off = dgwarmup.marker(KEY.digest, [("prefill", {dgwarmup.PRECOMPILE: "0"}, "")])
+    assert not off["complete"] and f"{dgwarmup.PRECOMPILE}=0 in the warm run" in off["problems"][0]
+
+
+def test_the_warmup_is_skipped_only_when_the_marker_fits() -> None:
+    from sglforge.smoke import dgwarmup
+
+    good = dgwarmup.marker(KEY.digest, [("prefill", {}, WARM_LOG), ("decode", {}, "")])
+    servers = {"prefill": {"PATH": "/bin"}, "decode": {}}
+    assert dgwarmup.judge(good, KEY.digest, servers, 3) == (
+        True,
+        "marker matches: 2 shape(s) warmed with all Ms, 3 files",
+    )
+    fast = {**servers, "decode": {"SGLANG_JIT_DEEPGEMM_FAST_WARMUP": "1"}}
+    cut = dgwarmup.marker(KEY.digest, [("prefill", {}, WARM_LOG + "reducing max_m to 8 to avoid out of memory")])  # fmt: skip
+    for found, key, run, files, why in (
+        (None, KEY.digest, servers, 3, "no DeepGEMM warmup marker"),
+        (good, "f" * 64, servers, 3, "names another key"),
+        (cut, KEY.digest, {"prefill": {}}, 3, "warmup was incomplete"),
+        (good, KEY.digest, {**servers, "colocated": {}}, 3, "colocated was not warmed"),
+        (good, KEY.digest, fast, 3, ("decode: DeepGEMM environment differs: "
+         "SGLANG_JIT_DEEPGEMM_FAST_WARMUP='1' (warm: None)")),
+        (good, KEY.digest, servers, 0, "2 warmed shape(s) but no DeepGEMM cache file"),
+    ):  # fmt: skip
+        skip, reason = dgwarmup.judge(found, key, run, files)
+        assert not skip and why in reason, reason
+
+
+def test_a_malformed_marker_is_refused_and_a_good_one_round_trips(tmp_path: Path) -> None:
+    from sglforge.smoke import dgwarmup
+
+    make_caches(tmp_path / "caches")
+    good = dgwarmup.marker(KEY.digest, [("prefill", {}, WARM_LOG)])
+    packed = jitcache.pack(tmp_path / "caches", KEY, tmp_path / "out", good)
+    assert jitcache.read_manifest(packed.path).deep_gemm_warmup == good
+
+    def bad_marker(name, info, data):
+        if name != jitcache.MANIFEST:
+            return [(info, data)]
+        document = json.loads(data)
+        document["deep_gemm_warmup"]["complete"] = "yes"
+        data = json.dumps(document).encode()
+        info.size = len(data)
+        return [(info, data)]
+
+    bad = _retar(packed.path, tmp_path / "bad.tar.gz", bad_marker)
+    with pytest.raises(JitCacheRefused, match="'deep_gemm_warmup': 'key_digest' .* 'complete'"):
+        jitcache.read_manifest(bad)
+
+
+def test_warm_writes_the_marker_and_the_smoke_skips_the_deep_gemm_warmup(
+    smoke_project: SmokeProject, installed_venv: Path, tmp_path: Path
+) -> None:
+    env = {"STANDIN_JIT_SECONDS": "0.2", "STANDIN_DEEPGEMM_SHAPES": "GEMM_NT_F8F8BF16:4096:7168"}
+    smoke_project.write_profile(checks={"run": ["generate"]}, prefill_env=env, decode_env=env)
+    common = ["--profile", "standin", "--venv", str(installed_venv)]
+    result = smoke_project.run_verb(
+        "warm", *common, "--out", str(tmp_path / "warm"), "--artifact-dir", str(tmp_path / "a"),
+        "--jit-root", str(tmp_path / "root-warm"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (artifact,) = (tmp_path / "a").iterdir()
+    found = jitcache.read_manifest(artifact).deep_gemm_warmup
+    assert found["complete"] and found["roles"]["prefill"]["shapes"] == [
+        "<GEMM_NT_F8F8BF16> N=4096 K=7168 num_groups=1"
+    ]
+    out = tmp_path / "skip"
+    result = smoke_project.smoke(
+        *common, "--out", str(out), "--jit-cache", str(artifact), "--jit-root", str(tmp_path / "r")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for role in ("prefill", "decode"):
+        log = _log(smoke_project, out, role)
+        assert "standin deep_gemm: all-M warmup skipped" in log and "Try DeepGEMM" not in log
+    report = json.loads((out / "smoke-report.json").read_text())
+    assert report["jit_cache"]["deep_gemm_warmup"]["skipped"] is True
+    # Another DeepGEMM environment on decode than the warm run's: the warmup runs.
+    smoke_project.write_profile(
+        checks={"run": ["generate"]},
+        prefill_env=env,
+        decode_env={**env, "SGLANG_JIT_DEEPGEMM_FAST_WARMUP": "1"},
+    )
+    out = tmp_path / "kept"
+    result = smoke_project.smoke(
+        *common, "--out", str(out), "--jit-cache", str(artifact), "--jit-root", str(tmp_path / "r")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Try DeepGEMM JIT Compiling" in _log(smoke_project, out, "prefill")
+    decision = json.loads((out / "smoke-report.json").read_text())["jit_cache"]["deep_gemm_warmup"]
+    assert (
+        decision["skipped"] is False and "decode: DeepGEMM environment differs" in decision["why"]
+    )

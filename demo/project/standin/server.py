@@ -27,6 +27,12 @@ Knobs (environment, so a profile's per-role `env` can set them):
                              seconds unless the kernel file is already there with the right
                              bytes (logged `standin jit: cache hit` / `compiled`), plus a .lock
                              file as real caches leave (the artifact must skip it)
+  STANDIN_DEEPGEMM_SHAPES=T:N:K,...  SGLang's all-M DeepGEMM warmup: for each shape, log its
+                             "Try DeepGEMM JIT Compiling for <T> N=.., K=.., num_groups=1 with
+                             all Ms." line and write a kernel into $SGLANG_DG_CACHE_DIR; with
+                             SGLANG_JIT_DEEPGEMM_PRECOMPILE=0 log `standin deep_gemm: all-M
+                             warmup skipped` instead (STANDIN_DEEPGEMM_REDUCED=1: also log
+                             SGLang's "reducing max_m" warning)
   STANDIN_REQUIRE_FREE_PORT=P  exit with status 5 if something listens on port P during its
                              first STANDIN_REQUIRE_FREE_SECONDS (default 8) seconds (a server
                              that must start only after another one stopped)
@@ -366,6 +372,24 @@ def standin_jit(mode: str, seconds: float) -> None:
     log(f"standin jit: compiled {kernel}")
 
 
+def standin_deep_gemm(shapes: str) -> None:
+    """SGLang's all-M DeepGEMM warmup as its log shows it (issue 34 item 4)."""
+    if os.environ.get("SGLANG_JIT_DEEPGEMM_PRECOMPILE", "1").lower() in ("0", "false"):
+        log("standin deep_gemm: all-M warmup skipped")
+        return
+    cache = os.environ.get("SGLANG_DG_CACHE_DIR")
+    for shape in shapes.split(","):
+        kind, n, k = shape.split(":")
+        log(f"Try DeepGEMM JIT Compiling for <{kind}> N={n}, K={k}, num_groups=1 with all Ms.")
+        if os.environ.get("STANDIN_DEEPGEMM_REDUCED") == "1":
+            log("Available memory 1GB is less than required memory 2GB for warmup, reducing "
+                "max_m to 4096 to avoid out of memory")  # fmt: skip
+        if cache:
+            os.makedirs(os.path.join(cache, "cache"), exist_ok=True)
+            with open(os.path.join(cache, "cache", f"kernel.{kind}.{n}.{k}.cubin"), "w") as out:
+                out.write(shape)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -401,6 +425,8 @@ def main() -> None:
     state = State(args)
     if os.environ.get("STANDIN_JIT_SECONDS"):
         standin_jit(state.mode, float(os.environ["STANDIN_JIT_SECONDS"]))
+    if os.environ.get("STANDIN_DEEPGEMM_SHAPES"):
+        standin_deep_gemm(os.environ["STANDIN_DEEPGEMM_SHAPES"])
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
     # STANDIN_SPAWN_CHILD=N: N sleeping children (SGLang's TP ranks and scheduler processes)

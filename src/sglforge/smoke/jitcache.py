@@ -266,9 +266,10 @@ def _tarinfo(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> 
     return info
 
 
-def pack(root: Path, key: JitKey, out_dir: Path) -> Packed:
+def pack(root: Path, key: JitKey, out_dir: Path, deep_gemm_warmup: dict | None = None) -> Packed:
     """Pack the cache roots under `root` into `out_dir/jitcache-<key16>.tar.gz`: reproducible
-    (the same files give the same bytes), written through a temporary file and a rename.
+    (the same files give the same bytes), written through a temporary file and a rename; with
+    `deep_gemm_warmup` (smoke/dgwarmup.py's marker) in the manifest.
 
     Members carry the fixed MTIME; the manifest records each file's own mtime (`mtime_ns`) and
     unpacking restores it. Measured on the H200 (bench/coldstart-h200.json): flashinfer runs
@@ -296,6 +297,8 @@ def pack(root: Path, key: JitKey, out_dir: Path) -> Packed:
         "files": entries,
         "skipped": skipped,
     }
+    if deep_gemm_warmup is not None:
+        manifest["deep_gemm_warmup"] = deep_gemm_warmup
     data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     dirs = sorted({str(Path(rel).parent) for rel, _, _ in files} | {"roots"})
     dirs = sorted({p for d in dirs for p in [d, *map(str, Path(d).parents)] if p not in ("", ".")})
@@ -330,6 +333,7 @@ class Manifest:
     key_digest: str
     files: dict[str, tuple[str, int]]  # member name -> (sha256, size)
     mtimes: dict[str, int] = field(default_factory=dict)  # member name -> st_mtime_ns
+    deep_gemm_warmup: dict | None = None  # smoke/dgwarmup.py's marker, when warm wrote one
 
 
 @dataclass(frozen=True)
@@ -389,7 +393,14 @@ def _parse_manifest(data: bytes, label: str) -> Manifest:
             if type(mtime) is not int or not 0 <= mtime < 1 << 63:
                 raise refuse(f"files[{number}]: 'mtime_ns' must be a non-negative integer")
             mtimes[entry["path"]] = mtime
-    return Manifest(key, digest, listed, mtimes)
+    warmup = document.get("deep_gemm_warmup")
+    if warmup is not None:
+        from sglforge.smoke.dgwarmup import check_marker
+
+        wrong = check_marker(warmup)
+        if wrong:
+            raise refuse(f"'deep_gemm_warmup': {wrong}")
+    return Manifest(key, digest, listed, mtimes, warmup)
 
 
 def read_manifest(artifact: Path) -> Manifest:

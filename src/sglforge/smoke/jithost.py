@@ -51,6 +51,7 @@ SHIPPED = (
     "sglforge/base/fs.py",
     "sglforge/base/linkwalk.py",
     "sglforge/smoke/__init__.py",
+    "sglforge/smoke/dgwarmup.py",
     "sglforge/smoke/jitcache.py",
     "sglforge/smoke/jithost.py",
     "sglforge/sources/__init__.py",

@@ -6,7 +6,10 @@
   servers JIT-compile into a fresh root under the run directory, as without it. A refused
   artifact (corrupt, tampered, hostile) fails the step before anything starts.
 - `warm` (`warm_into`): the key's cache root is emptied, the servers compile into it, and after
-  a passing run it is packed into `warm_into/jitcache-<key16>.tar.gz`.
+  a passing run it is packed into `warm_into/jitcache-<key16>.tar.gz`, with the DeepGEMM warmup
+  marker read from the servers' logs (smoke/dgwarmup.py).
+- With a matching artifact whose marker fits this run, SGLang's all-M DeepGEMM warmup is
+  skipped (SGLANG_JIT_DEEPGEMM_PRECOMPILE=0 unless the profile sets it).
 - `--jit-root DIR` alone: the caches live in DIR (kept between starts: a second start).
 Without any of them the servers' environment is the profile's, as before.
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 from sglforge.base.errors import SglforgeError
 from sglforge.base.fs import sha256_file
-from sglforge.smoke import jitcache
+from sglforge.smoke import dgwarmup, jitcache
 from sglforge.smoke.commands import LaunchCommand, LaunchPlan
 
 
@@ -79,6 +82,32 @@ def with_env_defaults(plan: LaunchPlan, defaults: dict[str, str]) -> LaunchPlan:
     return _map_servers(plan, lambda old: {**defaults, **old})
 
 
+def _servers(plan: LaunchPlan) -> list[LaunchCommand]:
+    return [c for c in (plan.prefill, plan.decode, plan.colocated) if c is not None]
+
+
+def _effective_env(command: LaunchCommand) -> dict[str, str]:
+    """What the server's process sees (smoke/processes.py: inherited, then the command's)."""
+    import os
+
+    return {**os.environ, **command.env}
+
+
+def _deep_gemm_step(plan: LaunchPlan, manifest: jitcache.Manifest, key, record: dict):
+    """The plan with SGLang's all-M DeepGEMM warmup off when the artifact's marker fits this
+    run (smoke/dgwarmup.py), else as it was; the decision in the record."""
+    files = sum(1 for name in manifest.files if name.startswith("roots/deep_gemm/"))
+    envs = {c.role: _effective_env(c) for c in _servers(plan)}
+    skip, why = dgwarmup.judge(manifest.deep_gemm_warmup, key.digest, envs, files)
+    set_by_profile = [c.role for c in _servers(plan) if dgwarmup.PRECOMPILE in c.env]
+    if skip and set_by_profile:
+        skip, why = False, f"the profile sets {dgwarmup.PRECOMPILE} ({', '.join(set_by_profile)})"
+    record["deep_gemm_warmup"] = {"skipped": skip, "why": why}
+    if skip:
+        plan = with_env_defaults(plan, {dgwarmup.PRECOMPILE: "0"})
+    return plan, f"DeepGEMM all-M warmup {'skipped' if skip else 'kept'}: {why}"
+
+
 def default_root(opts: Any, key: jitcache.JitKey) -> Path:
     return Path(opts.jit_root) if opts.jit_root else jitcache.DEFAULT_JIT_ROOT / key.short
 
@@ -93,6 +122,11 @@ def prepare(opts: Any, facts: Any, plan: LaunchPlan, say) -> tuple[LaunchPlan, d
     if opts.warm_into:
         jitcache.fresh_root(root, key)
         record |= {"mode": "warm", "root": str(root)}
+        # read back by pack_after_warm: what each server logged and ran with (the marker)
+        record["servers"] = {
+            c.role: {"log": str(c.log), "deep_gemm_env": dgwarmup.deep_gemm_env(_effective_env(c))}
+            for c in _servers(plan)
+        }
         return with_cache_env(plan, root), record, [f"warm: empty cache root {root}"]
     if not opts.jit_cache:
         record |= {"mode": "root", "root": str(root)}
@@ -125,14 +159,24 @@ def prepare(opts: Any, facts: Any, plan: LaunchPlan, say) -> tuple[LaunchPlan, d
         "unpack_s": seconds,
     }
     detail = f"key {key.short} matches; {unpacked.files} files unpacked into {root} in {seconds} s"
-    return with_cache_env(plan, root), record, [detail]
+    plan, warmup = _deep_gemm_step(plan, manifest, key, record)
+    return with_cache_env(plan, root), record, [detail, warmup]
 
 
 def pack_after_warm(opts: Any, record: dict) -> jitcache.Packed:
     """The warm run passed: its cache root becomes the artifact."""
     key = jitcache.JitKey(**{**record["key"], "server_args": tuple(record["key"]["server_args"])})
     start = time.monotonic()
-    packed = jitcache.pack(Path(record["root"]), key, Path(opts.warm_into))
+    servers = []
+    for role, server in record.get("servers", {}).items():
+        try:
+            log = Path(server["log"]).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            log = ""
+        servers.append((role, server["deep_gemm_env"], log))
+    marker = dgwarmup.marker(key.digest, servers)
+    packed = jitcache.pack(Path(record["root"]), key, Path(opts.warm_into), marker)
+    record["deep_gemm_warmup"] = {"complete": marker["complete"], "problems": marker["problems"]}
     record |= {
         "artifact": str(packed.path),
         "artifact_sha256": packed.sha256,
