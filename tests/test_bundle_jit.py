@@ -285,3 +285,28 @@ def test_bundle_refuses_an_artifact_it_cannot_vouch_for(host, tmp_path: Path) ->
         assert result.returncode == 2, result.stdout
         assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
         assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_a_root_others_can_change_is_refused(tmp_path: Path) -> None:
+    """The servers load kernels from the root: it must be nobody else's to change."""
+    from sglforge.base.errors import SglforgeError
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(SglforgeError, match="is writable by others \\(mode 777\\)"):
+        jithost.check_root(shared / "root")
+    shared.chmod(0o1777)  # sticky, as /var/tmp: others cannot rename what is ours
+    jithost.check_root(shared / "root")
+    (tmp_path / "elsewhere").mkdir()
+    (shared / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(SglforgeError, match="is a symbolic link"):
+        jithost.check_root(shared / "link")
+    if os.geteuid() == 0:  # someone else's root, or its directory (as root: chown works)
+        theirs = shared / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(SglforgeError, match="belongs to uid 65534, not to this user"):
+            jithost.check_root(theirs)
+        with pytest.raises(SglforgeError, match="belongs to uid 65534"):
+            jithost.check_root(theirs / "root", parent_only=True)

@@ -235,6 +235,38 @@ def differing(key: dict, here: dict[str, str]) -> list[str]:
     ]
 
 
+def check_root(root: Path, parent_only: bool = False) -> None:
+    """A root the servers will load kernels from must be nobody else's to change: it and its
+    directory (when they exist) owned by this user (the directory may be root's), and the
+    directory writable by no one else unless sticky (/var/tmp); then sglforge's own rule
+    (jitcache.check_replaceable: absent, empty or a root sglforge made)."""
+    import os
+    import stat
+
+    me = os.geteuid()
+    for path, owners in ((root.parent, (me, 0)), (root, (me,)))[: 1 if parent_only else 2]:
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise SglforgeError(f"JIT cache root {root}: {path} is a symbolic link")
+        if info.st_uid not in owners:
+            raise SglforgeError(
+                f"JIT cache root {root}: {path} belongs to uid {info.st_uid}, not to this user "
+                f"({me}): whoever owns it could change the kernels the servers load",
+                hint="pass --jit-root DIR in a directory of your own (e.g. under the venv)",
+            )
+        if path == root.parent and info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise SglforgeError(
+                f"JIT cache root {root}: {path} is writable by others (mode "
+                f"{stat.S_IMODE(info.st_mode):o}): they could replace the root",
+                hint="pass --jit-root DIR in a directory of your own (e.g. under the venv)",
+            )
+    if not parent_only:
+        jitcache.check_replaceable(root)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="install.sh (JIT cache)")
     p.add_argument("stage", choices=("check", "install"))
@@ -256,7 +288,7 @@ def main(argv: Sequence[str]) -> int:
         if args.stage == "check":
             return _check_stage(args, section)
         return _install_stage(args, section)
-    except SglforgeError as exc:  # refused (corrupt, tampered), a root not ours, bad options
+    except (SglforgeError, OSError) as exc:  # refused (corrupt, tampered), a root not ours
         refused = isinstance(exc, (_Refused, jitcache.JitCacheRefused))
         where = (
             "nothing installed"
@@ -287,7 +319,9 @@ def _check_stage(args: argparse.Namespace, section: dict) -> int:
     if args.model is not None and not (args.model / "config.json").is_file():
         raise SglforgeError(f"--jit-model {args.model}: no config.json there")
     if args.root is not None:
-        jitcache.check_replaceable(args.root)
+        check_root(args.root)
+    else:  # the root itself is known once a key matched; its directory now
+        check_root(jitcache.DEFAULT_JIT_ROOT / "<key16>", parent_only=True)
     print(
         f"install.sh: JIT cache OK: {len(entries)} artifact(s), every member in its manifest "
         "with a matching sha256"
@@ -329,6 +363,7 @@ def _install_stage(args: argparse.Namespace, section: dict) -> int:
     root = args.root or jitcache.DEFAULT_JIT_ROOT / key16
     artifact = args.bundle / entry["file"]
     manifest = _check_artifact(args.bundle, entry, section["wheels_lock_sha256"])
+    check_root(root)
     unpacked = jitcache.unpack(artifact, manifest, root)
     unchecked = ["server_args"] + ([] if args.model else ["model_config"])
     made_for = [f"{name}: {entry['key'].get(name)!r}" for name in unchecked]
