@@ -49,8 +49,9 @@ def host(tmp_path_factory) -> dict:
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    run = _install(top, python, tmp / "bin-plain")
+    run = _install(top, python, tmp / "bin-plain", "--jit-root", str(tmp / "unused"))
     assert run.returncode == 0, run.stderr
+    assert "this bundle carries no JIT cache" in run.stderr and not (tmp / "unused").exists()
     shutil.rmtree(root / "dist")
     key = JitKey(
         wheels_lock=jitcache.file_sha256(root / "lockfiles" / "wheels.lock"),

@@ -250,7 +250,14 @@ EOF
 # stdlib-only modules it imports, carried under jit/), run isolated (-I) and writing no
 # bytecode into the bundle (-B), in the Python being installed into.
 jit() {
-    [ -d "$here/jit" ] && [ -z "$no_jit" ] || return 0
+    if [ ! -d "$here/jit" ]; then
+        if [ "$1" = check ] && [ -n "$jit_root$jit_model$jit_key$jit_env" ]; then
+            echo "install.sh: WARNING: this bundle carries no JIT cache (made without" \
+                "bundle --jit-cache); the --jit-* options do nothing" >&2
+        fi
+        return 0
+    fi
+    [ -z "$no_jit" ] || return 0
     "$python" -I -B -c 'import sys; sys.path.insert(0, sys.argv[1])
 from sglforge.smoke.jithost import main; sys.exit(main(sys.argv[2:]))' "$here/jit" "$1" "$here" \
         ${jit_root:+--root "$jit_root"} ${jit_model:+--model "$jit_model"} \
