@@ -84,7 +84,14 @@ def build(base: Path) -> FixtureProject:
     )
     (patches / "series").write_text("# purepy patches\n0001-greeting.patch\n")
     smoke = SmokeProject(
-        root=root, ports={"prefill": 30100, "decode": 30101, "bootstrap": 30102, "router": 30103}
+        root=root,
+        ports={
+            "prefill": 30100,
+            "decode": 30101,
+            "bootstrap": 30102,
+            "router": 30103,
+            "metrics": 30104,
+        },
     )
     smoke.write_profile("standin")
     build_wheelset(root)

@@ -568,28 +568,28 @@ REGRESSIONS = [
         replace("health = 20", "health = nan"),
         DRY,
         2,
-        f"[timeouts], key 'health' (line 55): {RANGE}, got nan",
+        f"[timeouts], key 'health' (line 56): {RANGE}, got nan",
     ),
     (
         "profile",
         replace("request = 20", "request = inf"),
         DRY,
         2,
-        f"[timeouts], key 'request' (line 58): {RANGE}, got inf",
+        f"[timeouts], key 'request' (line 59): {RANGE}, got inf",
     ),
     (
         "profile",
         replace("router = 30", "router = 1e308"),
         DRY,
         2,
-        f"[timeouts], key 'router' (line 57): {RANGE}, got 1e+308",
+        f"[timeouts], key 'router' (line 58): {RANGE}, got 1e+308",
     ),
     (
         "profile",
         replace("teardown = 5", "teardown = -inf"),
         DRY,
         2,
-        f"[timeouts], key 'teardown' (line 59): {RANGE}, got -inf",
+        f"[timeouts], key 'teardown' (line 60): {RANGE}, got -inf",
     ),
     (
         "profile",
@@ -597,7 +597,7 @@ REGRESSIONS = [
         DRY,
         2,
         (
-            "[checks], key 'needle-lengths' (line 62): each value must be between 1 and 1048576, "
+            "[checks], key 'needle-lengths' (line 63): each value must be between 1 and 1048576, "
             "got -5"
         ),
     ),
@@ -607,7 +607,7 @@ REGRESSIONS = [
         DRY,
         2,
         (
-            "[checks], key 'needle-must-recall' (line 68): each value must be between 1 and 1048576, "
+            "[checks], key 'needle-must-recall' (line 69): each value must be between 1 and 1048576, "
             "got 0"
         ),
     ),
@@ -616,14 +616,14 @@ REGRESSIONS = [
         replace("concurrency = 8", "concurrency = 99999999999"),
         DRY,
         2,
-        "[checks], key 'concurrency' (line 72): must be between 1 and 1024, got 99999999999",
+        "[checks], key 'concurrency' (line 73): must be between 1 and 1024, got 99999999999",
     ),
     (
         "profile",
         replace("words-per-token = 1.0", "words-per-token = nan"),
         DRY,
         2,
-        "[checks], key 'words-per-token' (line 71): must be a finite number > 0 and <= 10, got nan",
+        "[checks], key 'words-per-token' (line 72): must be a finite number > 0 and <= 10, got nan",
     ),
     (
         "lockfile",
