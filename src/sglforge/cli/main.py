@@ -27,6 +27,7 @@ from sglforge.base.procgroup import Terminated, interrupt_exit, signals_as_excep
 from sglforge.cli import (  # verbs
     build,
     bundle,
+    canary,  # issue 36 item 3
     check,
     config,
     patches,
@@ -42,8 +43,9 @@ from sglforge.cli.context import Context
 
 # Modules that contribute verbs, in help order.
 VERB_MODULES = (sources, patches, build, check, smoke, bundle, publish, config, receipt, preflight)
-VERB_MODULES += (warm,)  # issue 34: `warm`, listed last
+VERB_MODULES += (warm,)  # issue 34: `warm`
 VERB_MODULES += (profile,)  # issue 36 item 4
+VERB_MODULES += (canary,)  # issue 36 item 3: `canary`, listed last
 
 # Global options given after the verb land under these names; _merge_after_verb merges them.
 AFTER_VERB = "after_verb_"

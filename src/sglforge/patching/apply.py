@@ -432,11 +432,12 @@ def _show(lines: list[bytes], first_number: int, marker: str) -> list[str]:
 
 def _explain_hunk(
     item: ResolvedEntry, file: FilePatch, hunk: Hunk, content: list[bytes], start: int, hint: int
-) -> str:
+) -> tuple[str, str]:
+    """Why `hunk` does not match: (reason, message); reasons are HUNK_REASONS' keys."""
     head = [f"{item.where} does not apply:", f"  file: {file.path}", f"  hunk: {hunk.header}"]
     endings = _line_endings_differ(hunk.old_lines, content, start, hint)
     if endings:
-        return "\n".join(
+        return "line-endings", "\n".join(
             head
             + [
                 (
@@ -447,7 +448,7 @@ def _explain_hunk(
         )
     new_lines = hunk.new_lines
     if new_lines != hunk.old_lines and _find(content, new_lines, 0, hint) is not None:
-        return "\n".join(
+        return "already-applied", "\n".join(
             head
             + [
                 (
@@ -459,7 +460,7 @@ def _explain_hunk(
     for fuzz in (1, 2):
         trimmed, dropped = hunk.context_trimmed(fuzz)
         if _find(content, trimmed, start, hint + dropped) is not None:
-            return "\n".join(
+            return f"fuzz-{fuzz}", "\n".join(
                 head
                 + [
                     (
@@ -474,7 +475,7 @@ def _explain_hunk(
         (i for i, (a, b) in enumerate(zip(expected, actual)) if a != b),
         min(len(expected), len(actual)),
     )
-    return "\n".join(
+    return "context-differs", "\n".join(
         head
         + ["  expected (from the patch):"]
         + _show(expected, hint + 1, "-")
@@ -509,10 +510,40 @@ def _split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
+# Why a hunk (or a whole file) does not apply strictly; `patches canary` reports these.
+HUNK_REASONS = {
+    "file-exists": "the patch creates the file, but it already exists",
+    "file-missing": "the patch changes the file, but it does not exist",
+    "already-applied": "the hunk's result is already in the file",
+    "fuzz-1": "applies only with fuzz 1 (context lines differ)",
+    "fuzz-2": "applies only with fuzz 2 (context lines differ)",
+    "line-endings": "matches only if line endings are ignored",
+    "context-differs": "the lines the hunk expects are not in the file",
+}
+
+
+@dataclass(frozen=True)
+class HunkFailure:
+    file: str
+    hunk: str | None  # the hunk's @@ header; None when the whole file is the problem
+    reason: str  # a key of HUNK_REASONS
+    message: str  # the explanation check_hunks raises (expected vs actual lines)
+
+
 def check_hunks(tree: Path, item: ResolvedEntry) -> None:
     """Raise PatchFailed explaining the first hunk that does not match the tree exactly."""
+    failures = hunk_failures(tree, item, first_only=True)
+    if failures:
+        raise PatchFailed(failures[0].message)
+
+
+def hunk_failures(tree: Path, item: ResolvedEntry, first_only: bool = False) -> list[HunkFailure]:
+    """Every file and hunk of `item` that does not match the tree exactly (or the first)."""
+    failures: list[HunkFailure] = []
     removed: set[str] = set()  # deleted earlier in this entry (git's type change: delete+create)
     for file in item.files:
+        if first_only and failures:
+            break
         target = tree / file.old_path if file.old_path else None
         if file.is_deleted and file.old_path:
             removed.add(file.old_path)
@@ -520,32 +551,55 @@ def check_hunks(tree: Path, item: ResolvedEntry) -> None:
             if file.path not in removed and (
                 (tree / file.path).exists() or (tree / file.path).is_symlink()
             ):
-                raise PatchFailed(
-                    f"{item.where} does not apply:\n  file: {file.path}\n"
-                    "  the patch creates it, but it already exists in the tree"
+                failures.append(
+                    HunkFailure(
+                        file.path,
+                        None,
+                        "file-exists",
+                        f"{item.where} does not apply:\n  file: {file.path}\n"
+                        "  the patch creates it, but it already exists in the tree",
+                    )
                 )
             continue
         if target is None or not (target.is_file() or target.is_symlink()):
-            raise PatchFailed(
-                f"{item.where} does not apply:\n  file: {file.old_path}\n"
-                "  the patch changes it, but it does not exist in the tree"
+            failures.append(
+                HunkFailure(
+                    file.old_path or file.path,
+                    None,
+                    "file-missing",
+                    f"{item.where} does not apply:\n  file: {file.old_path}\n"
+                    "  the patch changes it, but it does not exist in the tree",
+                )
             )
+            continue
         if file.binary or not file.hunks:
             continue
         content = _split_lines(
             os.readlink(target).encode() if target.is_symlink() else target.read_bytes()
         )
-        position = 0
-        offset = 0
-        for hunk in file.hunks:
-            hint = (
-                max(hunk.old_start - 1 + offset, 0) if hunk.old_count else hunk.old_start + offset
-            )
-            found = _find(content, hunk.old_lines, position, hint)
-            if found is None:
-                raise PatchFailed(_explain_hunk(item, file, hunk, content, position, hint))
-            offset = found - (hunk.old_start - 1 if hunk.old_count else hunk.old_start)
-            position = found + len(hunk.old_lines)
+        failures += _file_hunk_failures(item, file, content, first_only)
+    return failures[:1] if first_only else failures
+
+
+def _file_hunk_failures(
+    item: ResolvedEntry, file: FilePatch, content: list[bytes], first_only: bool
+) -> list[HunkFailure]:
+    """The hunks of `file` that do not match `content`; a failed hunk moves nothing on (the
+    next one is searched from where the last matching one ended)."""
+    failures = []
+    position = offset = 0
+    for hunk in file.hunks:
+        hint = max(hunk.old_start - 1 + offset, 0) if hunk.old_count else hunk.old_start + offset
+        found = _find(content, hunk.old_lines, position, hint)
+        if found is None:
+            reason, message = _explain_hunk(item, file, hunk, content, position, hint)
+            failures.append(HunkFailure(file.path, hunk.header, reason, message))
+            if first_only:
+                break
+            continue
+        offset = found - (hunk.old_start - 1 if hunk.old_count else hunk.old_start)
+        position = found + len(hunk.old_lines)
+    return failures
 
 
 # ---------------------------------------------------------------------------------------------
