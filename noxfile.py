@@ -82,6 +82,21 @@ def patches(session: nox.Session) -> None:
         )
 
 
+@nox.session(default=False)
+def canary(session: nox.Session) -> None:
+    """Try each patch series on its upstream's newest release and head.
+
+    Per entry: applies, conflicts (files, hunks) or upstream (a candidate to drop); exit 1
+    when anything needs attention. -- [UPSTREAM...] [--offline] [--branch UPSTREAM=BRANCH]
+    [--output FILE] [--json]
+    """
+    if nox_sessions.preflight(session, Path(ROOT), "canary", session.posargs, fetch=False):
+        nox_sessions.install_missing(session, UNIDIFF, "unidiff")
+        nox_sessions.run_sglforge(
+            session, ["python", "-m", "sglforge", "canary", *session.posargs], SRC_ENV
+        )
+
+
 @nox.session
 def check(session: nox.Session) -> None:
     """Check that the built wheels and runtime.lock fit together.

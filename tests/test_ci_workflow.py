@@ -127,3 +127,24 @@ def test_the_buildkite_program_turns_the_matrix_into_a_dag():
         "build-sglang-kernel",
     ]
     assert steps["smoke"]["depends_on"] == ["assemble"]
+
+
+def test_a_scheduled_canary_job_runs_nox_canary_and_nothing_else():
+    """Issue 36 item 3: on the schedule (no inputs) or with `run: canary`, only the canary
+    runs; every build job hangs off `plan`, which runs only for `run: build`."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    (schedule,) = workflow[True]["schedule"]
+    assert len(schedule["cron"].split()) == 5
+    assert workflow[True]["workflow_call"]["inputs"]["run"]["default"] == "build"
+    jobs = workflow["jobs"]
+    canary = jobs["canary"]
+    assert "inputs.run == 'canary'" in canary["if"]
+    assert "github.event_name == 'schedule'" in canary["if"]
+    assert "'self-hosted'" in canary["runs-on"]  # a schedule has no inputs
+    assert any("nox -s canary" in s.get("run", "") for s in canary["steps"])
+    assert jobs["plan"]["if"] == "${{ inputs.run == 'build' }}"
+    for name, job in jobs.items():
+        if name in ("canary", "plan", "smoke", "build-wave-0"):
+            continue  # smoke needs assemble; wave 0 has no !cancelled(): skipped with plan
+        assert "needs.plan.result == 'success'" in job["if"], name

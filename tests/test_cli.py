@@ -167,6 +167,7 @@ def test_unknown_option_prints_the_verbs_usage(project: FixtureProject, argv: li
         (["patches", "apply", "purepi"], "upstream"),
         (["patches", "lint", "purepi"], "upstream"),
         (["patches", "refresh", "purepi", "--onto", "0" * 40], "upstream"),
+        (["canary", "purepi"], "upstream"),
         (["build", "purepi"], "recipe"),
         (["verify", "purepi"], "recipe"),
         (["build-requirements", "purepi"], "recipe"),

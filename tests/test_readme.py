@@ -40,7 +40,7 @@ AUDIENCE_PAGES = (
 )
 
 # nox sessions that are `sglforge <same verb> <posargs>` (noxfile.py).
-VERB_SESSIONS = {"plan", "fetch", "patches", "smoke", "doctor", "build", "verify"}
+VERB_SESSIONS = {"plan", "fetch", "patches", "canary", "smoke", "doctor", "build", "verify"}
 
 # README upstream names -> the fixture project's one upstream.
 NAMES = {"flashinfer": "purepy", "sglang": "purepy", "sglang-kernel": "purepy"}
@@ -58,6 +58,9 @@ RUN: dict[str, tuple[set[int], str]] = {
     "nox -s patches -- check": ({0}, "ok        purepy: 1 entry apply strictly"),
     "nox -s patches -- check --offline sglang": ({0}, "ok        purepy: 1 entry"),
     "nox -s patches -- lint": ({0}, "lint: ok"),
+    "nox -s canary": ({0, 1}, "head HEAD -> main"),
+    "nox -s canary -- --offline sglang": ({0, 1}, "head HEAD -> main"),
+    "nox -s canary -- --json --output canary.json": ({0, 1}, '"schema": "sglforge-canary"'),
     "nox -s smoke -- --dry-run": ({0}, "# nothing below has been started"),
 }
 

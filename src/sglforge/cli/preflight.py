@@ -140,6 +140,11 @@ def _patches(args: argparse.Namespace, ctx, fetch: bool) -> str:
     return f"patches {args.action}"
 
 
+def _canary(args: argparse.Namespace, ctx, fetch: bool) -> str:
+    ctx.settings  # noqa: B018  (config file and environment are valid: mirrors, cache)
+    return "canary"
+
+
 def _arguments_only(args: argparse.Namespace, ctx, fetch: bool) -> str:
     return args.verb  # parsed: the verb reads no settings, so a config problem is not its own
 
@@ -150,6 +155,7 @@ CHECKS: dict[str, Callable[[argparse.Namespace, object, bool], str]] = {
     "verify": _verify,
     "plan": _plan,
     "patches": _patches,
+    "canary": _canary,
     "check": _arguments_only,
     "lock-runtime": _arguments_only,
 }
