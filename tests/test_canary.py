@@ -84,7 +84,9 @@ def test_applies_conflicts_and_already_upstream(world, up, capsys, monkeypatch, 
     assert hunk["file"] == "b.py" and hunk["hunk"].startswith("@@ -") and hunk["reason"]
     assert hunk["reason"] == "context-differs"
     assert "expected (from the patch)" in conflict["detail"]
-    assert (conflict["total_hunks"], conflict["already_applied_hunks"]) == (1, 0)
+    assert (conflict["total_hunks"], conflict["failed_hunks"]) == (1, 1)
+    assert conflict["already_applied_hunks"] == 0
+    assert entries["0001-a.patch"]["total_hunks"] == 1
     assert entries["0003-c.patch"]["status"] == "upstream"
     later = entries["0004-b-again.patch"]
     assert later["status"] == "conflicts" and later["after_skipped"] == ["0002-b.patch"]
@@ -230,3 +232,16 @@ def test_an_entry_partly_upstream_conflicts_and_counts_the_hunks_already_there(w
     }
     assert (entry["total_hunks"], entry["already_applied_hunks"]) == (2, 1)
     assert "2 of 2 hunk(s), 1 already in the target, in 2 file(s)" in out
+
+
+@pytest.mark.parametrize("value", ["up=--upload-pack=touch", "up=a..b", "up", "nope=main"])
+def test_a_bad_branch_option_is_bad_input(world, up, capsys, value):
+    code, doc, out = run(world, capsys, "--branch", value)
+    assert code == 2 and doc is None  # refused before any work: no report
+    assert "--branch" in out or "unknown upstream 'nope'" in out
+
+
+def test_offline_an_upstream_without_a_series_is_not_an_error(world, up, capsys):
+    (world.project / "patches/up/series").unlink()
+    code, doc, _ = run(world, capsys, "--offline")
+    assert code == 0 and doc["upstreams"][0]["note"] == "no series: nothing to try"

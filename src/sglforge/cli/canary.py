@@ -151,7 +151,7 @@ def _entry_notes(name: str, label: str, entry) -> list[str]:
     shown = ", ".join(files[:4]) + (f" (+{len(files) - 4} more)" if len(files) > 4 else "")
     after = f"; after {len(entry.after_skipped)} skipped" if entry.after_skipped else ""
     present = f", {entry.already_applied} already in the target" if entry.already_applied else ""
-    counted = f"{len(entry.hunks)} of {entry.total_hunks} hunk(s){present}"
+    counted = f"{entry.failed_hunks} of {entry.total_hunks} hunk(s){present}"
     return [head + f": {counted}, in {len(files)} file(s): {shown}{after}"]
 
 

@@ -80,6 +80,7 @@ class EntryResult:
     after_skipped: tuple[str, ...] = ()  # earlier entries not applied on this target
     detail: str = ""  # the full explanation (expected vs actual lines, git's message)
     total_hunks: int = 0  # the entry's hunks (a file without hunks counts as one)
+    failed_hunks: int = 0  # of those, the ones that do not match (a missing file: all of its)
 
     @property
     def files(self) -> list[str]:
@@ -153,6 +154,17 @@ def try_entries(tree: Path, resolved: list[ResolvedEntry]) -> list[EntryResult]:
 def _try_entry(
     tree: Path, item: ResolvedEntry, allowed: dict[str, bytes], skipped: tuple[str, ...]
 ) -> EntryResult:
+    result = _tried(tree, item, allowed, skipped)
+    per_file = {path: max(len(f.hunks), 1) for f in item.files for path in f.paths}
+    failed = sum(per_file.get(h.file, 1) if h.hunk is None else 1 for h in result.hunks)
+    return dataclasses.replace(
+        result, total_hunks=sum(max(len(f.hunks), 1) for f in item.files), failed_hunks=failed
+    )
+
+
+def _tried(
+    tree: Path, item: ResolvedEntry, allowed: dict[str, bytes], skipped: tuple[str, ...]
+) -> EntryResult:
     label, where = item.entry.label, item.where
     try:
         check_paths(tree, [item])
@@ -177,8 +189,7 @@ def _try_entry(
         return EntryResult(label, where, "upstream", after_skipped=skipped)
     hunks = tuple(HunkResult(f.file, f.hunk, f.reason) for f in failures)
     detail = "\n".join(f.message for f in failures)
-    total = sum(max(len(f.hunks), 1) for f in item.files)
-    return EntryResult(label, where, "conflicts", hunks, skipped, detail, total)
+    return EntryResult(label, where, "conflicts", hunks, skipped, detail)
 
 
 def reverse_applies(tree: Path, item: ResolvedEntry) -> bool:
@@ -236,6 +247,9 @@ def canary_upstream(
     try:
         series = load_series(project, name)
         result.entries, result.patchset = len(series.entries), series.patchset8
+        if not series.entries and offline:  # targets are recorded only for a series
+            result.note = "no series: nothing to try"
+            return result
         cache = SourceCache(settings.cache_dir)
         refs = (
             cached_refs(cache, pin.url, branch)
@@ -345,6 +359,7 @@ def _target_doc(result: TargetResult) -> dict:
                 "status": e.status,
                 "files": e.files,
                 "total_hunks": e.total_hunks,
+                "failed_hunks": e.failed_hunks,
                 "already_applied_hunks": e.already_applied,
                 "hunks": [{"file": h.file, "hunk": h.hunk, "reason": h.reason} for h in e.hunks],
                 "after_skipped": list(e.after_skipped),
