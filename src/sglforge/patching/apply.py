@@ -102,7 +102,7 @@ def kind_of(entry: Entry, info: CommitInfo | None) -> str:
 
 
 def _dep3_info(diff: bytes, where: str) -> CommitInfo:
-    # Placeholder date: the parent's commit date is only known at commit time (_commit_entry).
+    # Placeholder date: the parent's commit date is only known at commit time (commit_entry).
     try:
         name, mail, date, message = dep3_commit(diff, fallback_date="")
     except PatchFormatError as exc:
@@ -606,7 +606,8 @@ def _file_hunk_failures(
 # application
 
 
-def _commit_entry(tree: Path, item: ResolvedEntry) -> str:
+def commit_entry(tree: Path, item: ResolvedEntry) -> str:
+    """Commit one checked entry (git am for an mbox, git apply + commit otherwise)."""
     if kind_of(item.entry, item.info) == "mbox":
         proc = git(
             "am",
@@ -674,7 +675,8 @@ def _commit_entry(tree: Path, item: ResolvedEntry) -> str:
     return git_out("rev-parse", "HEAD", cwd=tree)
 
 
-def _restore(tree: Path, start: str) -> None:
+def restore_tree(tree: Path, start: str) -> None:
+    """Back to `start`: a stopped git am aborted, the index and files reset."""
     if (tree / ".git" / "rebase-apply").exists():
         git("am", "--abort", cwd=tree, check=False)
     git("reset", "--quiet", "--hard", start, cwd=tree)
@@ -699,12 +701,12 @@ def apply_series(tree: Path, series: PatchSeries, settings: Settings) -> list[Ap
         parent = start
         for item in resolved:
             check_hunks(tree, item)
-            commit = _commit_entry(tree, item)
+            commit = commit_entry(tree, item)
             check_links_in_tree(tree, item, parent, allowed)
             parent = commit
             applied.append(AppliedEntry(item.entry.label, commit))
     except BaseException as exc:
-        _restore(tree, start)
+        restore_tree(tree, start)
         if isinstance(exc, PatchFailed):
             raise PatchFailed(
                 f"{exc}\nThe work tree {tree} was restored to {start[:12]}; "

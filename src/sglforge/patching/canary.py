@@ -40,12 +40,12 @@ from sglforge.patching.apply import (
     STRICT,
     PatchFailed,
     ResolvedEntry,
-    _commit_entry,
-    _restore,
     check_links_in_tree,
     check_paths,
+    commit_entry,
     hunk_failures,
     resolve_entries,
+    restore_tree,
     upstream_escapes,
 )
 from sglforge.patching.gitpaths import STRIP
@@ -174,15 +174,15 @@ def _tried(
     if not failures:
         parent = git_out("rev-parse", "HEAD", cwd=tree)
         try:
-            _commit_entry(tree, item)
+            commit_entry(tree, item)
         except PatchFailed as exc:  # git refused what the hunk check accepted (binary, mode)
-            _restore(tree, parent)
+            restore_tree(tree, parent)
             hunk = HunkResult(item.files[0].path, None, "git")
             return EntryResult(label, where, "conflicts", (hunk,), skipped, str(exc))
         try:
             check_links_in_tree(tree, item, parent, allowed)
         except PatchFailed as exc:
-            _restore(tree, parent)
+            restore_tree(tree, parent)
             return EntryResult(label, where, "refused", after_skipped=skipped, detail=str(exc))
         return EntryResult(label, where, "applies", after_skipped=skipped)
     if reverse_applies(tree, item):
