@@ -175,6 +175,7 @@ def test_unreachable_upstream_is_exit_2_with_a_report(world, up, capsys):
     assert code == 2 and doc["exit_status"] == 2
     assert "cannot list the tags and head of" in doc["upstreams"][0]["error"]
     assert "up: cannot list the tags and head" in out
+    assert "error: 1 of 1 upstream(s) could not be checked or have a refused entry: up" in out
 
 
 def test_series_naming_a_file_outside_its_directory_is_refused(world, up, capsys):

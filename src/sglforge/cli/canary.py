@@ -109,7 +109,21 @@ def run_canary(args: argparse.Namespace, ctx) -> int:
     if args.json:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return exit_status(results)
+    status = exit_status(results)
+    if status == 2:
+        failed = [
+            r.name
+            for r in results
+            if r.error or any(t.error or t.count("refused") for t in r.targets)
+        ]
+        print(
+            f"error: {len(failed)} of {len(results)} upstream(s) could not be checked or have a "
+            f"refused entry: {', '.join(failed)}",
+            file=sys.stderr,
+        )
+    elif status == 1:
+        print("canary: entries need attention (conflicts or already upstream)", file=sys.stderr)
+    return status
 
 
 def render_table(results: list[UpstreamResult]) -> str:
