@@ -246,3 +246,12 @@ def test_offline_an_upstream_without_a_series_is_not_an_error(world, up, capsys)
     (world.project / "patches/up/series").unlink()
     code, doc, _ = run(world, capsys, "--offline")
     assert code == 0 and doc["upstreams"][0]["note"] == "no series: nothing to try"
+
+
+def test_json_puts_only_the_document_on_stdout(world, up, capsys):
+    code = main([*world.cli_args(), "canary", "--json"])
+    captured = capsys.readouterr()
+    assert code == 1
+    document = json.loads(captured.out)  # nothing else on stdout
+    assert document["schema"] == "sglforge-canary" and document["version"] == 1
+    assert "release v1.10" in captured.err  # the table went to stderr
