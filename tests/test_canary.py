@@ -255,3 +255,24 @@ def test_json_puts_only_the_document_on_stdout(world, up, capsys):
     document = json.loads(captured.out)  # nothing else on stdout
     assert document["schema"] == "sglforge-canary" and document["version"] == 1
     assert "release v1.10" in captured.err  # the table went to stderr
+
+
+def test_no_git_hook_runs_even_one_the_users_config_names(world, up, capsys, monkeypatch, tmp_path):
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    ran = tmp_path / "hook-ran"
+    for name in (
+        "post-checkout",
+        "post-commit",
+        "applypatch-msg",
+        "pre-applypatch",
+        "post-applypatch",
+    ):
+        (hooks / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\n")
+        (hooks / name).chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[core]\n\thooksPath = {hooks}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    code, doc, _ = run(world, capsys)
+    assert code == 1 and doc["upstreams"][0]["targets"][0]["counts"]["applies"] == 1
+    assert not ran.exists()

@@ -35,6 +35,9 @@ SAFE_CONFIG = (
     ("protocol.fd.allow", "never"),
     ("protocol.file.allow", "always"),  # local mirrors; default "user" is off without the user
     ("core.askPass", "true"),
+    # no hook runs, whatever the user's config says: sglforge's commits, checkouts and
+    # `git am` in work trees of untrusted code (and the canary's) must not execute anything
+    ("core.hooksPath", "/dev/null"),
     ("credential.interactive", "false"),
 )
 ALLOWED_SCHEMES = ("https", "http", "file", "ssh")

@@ -19,8 +19,9 @@ Each entry gets one status:
 - `refused`: a path of the entry would leave the tree on this target (apply.check_paths,
   check_links_in_tree): bad input, never written.
 
-Nothing here runs upstream code: git applies diffs, commits use --no-verify in a work tree
-made by `git init` (no hooks), and nothing in the tree is executed.
+Nothing here runs upstream code: git applies diffs in a work tree made by `git init`, every
+git sglforge runs has `core.hooksPath=/dev/null` (base/git.py: no hook runs, not even one the
+user's config names), and nothing in the tree is executed.
 """
 
 from __future__ import annotations
