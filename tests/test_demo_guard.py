@@ -84,7 +84,9 @@ def test_demo_reuses_an_empty_dir_and_its_own_workdir_only(tmp_path):
     result = _demo("--workdir", str(empty))
     out = result.stdout + result.stderr
     assert f"demo preflight: work directory {empty} ok" in out, out
-    assert INSTALLING in out, out
+    # past the preflight: the toolchain install starts, or, where an earlier run of the suite
+    # in this checkout left the shared toolchain venv warm, it is found up to date
+    assert INSTALLING in out or "is up to date (sglforge and the locks)" in out, out
     made = tmp_path / "made"
     sys.path.insert(0, str(ROOT / "src"))
     prepare(made)  # what a demo run leaves: its marker, then everything else
