@@ -67,6 +67,7 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
             "SHA256SUMS",
             "install.sh",
             "requirements.lock",
+            "sbom.cdx.json",
             "sglforge-stack.json",
             "wheels/sglang-0.5.99+sm120.cu130.abcd1234-py3-none-any.whl",
             "wheels/sglang_kernel-0.4.7+sm120.cu130.abcd1234-py3-none-any.whl",
@@ -78,6 +79,12 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
     stack = json.loads((bundle / "sglforge-stack.json").read_text())
     assert [w["name"] for w in stack["wheels"]] == ["sglang", "sglang-kernel"]
     assert stack["runtime"][0]["name"] == "tinydep"
+    stack_sbom = json.loads((bundle / "sbom.cdx.json").read_text())
+    tinydep = bundle / "wheels" / "tinydep-1.0-py3-none-any.whl"
+    [runtime] = [c for c in stack_sbom["components"] if c["bom-ref"] == "runtime:tinydep"]
+    assert runtime["version"] == "1.0" and runtime["hashes"] == [
+        {"alg": "SHA-256", "content": hashlib.sha256(tinydep.read_bytes()).hexdigest()}
+    ]
     assert stack["patches"]["sglang"][0]["file"] == "sglang/0001-x.patch"
     lock = (bundle / "requirements.lock").read_text()
     assert "tinydep==1.0 --hash=sha256:" in lock and "sglang==0.5.99" in lock
@@ -101,7 +108,7 @@ def test_bundle_installs_offline_into_a_fresh_venv(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SHA256SUMS OK (6 files)" in run.stdout
+    assert "SHA256SUMS OK (7 files)" in run.stdout
     assert "decoy-links" not in run.stdout + run.stderr  # only the bundle's wheels/
     code = (
         "import importlib.metadata as m; "
@@ -300,7 +307,7 @@ def test_install_sh_refuses_partial_unlisted_or_malformed_sums(unpacked_bundle, 
 def test_install_sh_accepts_the_bundle_as_written(unpacked_bundle, tmp_path):
     run, pip_ran = _run_install(unpacked_bundle, tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "SHA256SUMS OK (6 files): every file of the bundle listed" in run.stdout
+    assert "SHA256SUMS OK (7 files): every file of the bundle listed" in run.stdout
     assert pip_ran
 
 

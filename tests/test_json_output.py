@@ -82,7 +82,9 @@ def test_check_json_reports_parts_and_findings(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     document = _document(ok, "check")
     assert document["ok"] is True
-    assert document["parts"] == {p: {"errors": 0} for p in ("resolution", "api", "labels", "abi")}
+    assert document["parts"] == {
+        p: {"errors": 0} for p in ("resolution", "api", "labels", "abi", "sbom")
+    }
     assert document["target"] == {"python": "3.12", "torch": "2.13.0", "machine": "x86_64"}
     assert sorted(document["wheels"]) == sorted(p.name for p in stack.root.glob("wheels/*.whl"))
     assert "check: ok" in ok.stderr  # the person's report, on stderr

@@ -67,7 +67,13 @@ def test_the_committed_lock_covers_pyproject_and_agrees_with_toolchain_lock():
     python = (ROOT / "lockfiles" / "toolchain.toml").read_text().split('python = "')[1][:4]
     assert selflock.lock_problems(ROOT, python, pins) == []
     names = {p.name for p in selflock.parse_self_lock(ROOT / "lockfiles" / selflock.LOCK)}
-    assert {"unidiff", "packaging", "setuptools"} <= names
+    assert {
+        "unidiff",
+        "packaging",
+        "setuptools",
+        "cyclonedx-python-lib",
+        "py-serializable",
+    } <= names
 
 
 def test_every_gap_is_named_with_file_and_line(tmp_path):
@@ -82,7 +88,10 @@ def test_every_gap_is_named_with_file_and_line(tmp_path):
     assert problems == [
         "dep-a: sglforge.lock line 1 pins 2.0, outside 'dep-a==1.0'",
         "dep-b: a dependency of sglforge ('dep-b>=1'), not in sglforge.lock",
-        "leftover: sglforge.lock line 2 pins what sglforge does not need",
+        (
+            "leftover: sglforge.lock line 2 pins what sglforge does not need (no dependency "
+            "of pyproject.toml names it and it has no `# via NAME` line)"
+        ),
         "packaging: sglforge.lock pins 24.0, toolchain.lock 25.0 (one venv, one version)",
     ]
     # tomli applies on 3.10 only: there it is a gap too
@@ -90,6 +99,29 @@ def test_every_gap_is_named_with_file_and_line(tmp_path):
     (root / "lockfiles" / selflock.LOCK).write_text("dep-a==1.0\n")
     with pytest.raises(Exception, match=r"sglforge.lock:\n  line 1: dep-a has no --hash"):
         selflock.parse_self_lock(root / "lockfiles" / selflock.LOCK)
+
+
+def test_a_dependency_of_a_dependency_is_pinned_with_a_via_line(tmp_path):
+    """cyclonedx-python-lib's own dependencies are pinned too (`# via`, as pip-compile writes
+    it); a `# via` naming nothing sglforge needs is still a pin nobody needs."""
+    h = "0" * 64
+    root = checkout(
+        tmp_path,
+        f"dep-a==1.0 \\\n    --hash=sha256:{h}\n"
+        f"dep-c==3 \\\n    --hash=sha256:{h}\n    # via dep-a\n"
+        f"dep-d==4 --hash=sha256:{h}\n    # via dep-c (python_version < '3.13')\n"
+        f"stray==5 --hash=sha256:{h}\n    # via nothing-here\n",
+    )
+    assert selflock.lock_problems(root, "3.12", {}) == [
+        (
+            "stray: sglforge.lock line 8 pins what sglforge does not need (its `# via "
+            "nothing-here` names nothing sglforge needs)"
+        )
+    ]
+    assert selflock.via_comments(
+        (root / "lockfiles" / selflock.LOCK).read_text(),
+        {p.name: p for p in selflock.parse_self_lock(root / "lockfiles" / selflock.LOCK)},
+    ) == {"dep-c": {"dep-a"}, "dep-d": {"dep-c"}, "stray": {"nothing-here"}}
 
 
 def _pip(command: list[str], target: Path, **extra: str) -> subprocess.CompletedProcess[str]:

@@ -47,7 +47,8 @@ from sglforge.inputs.toolchain import ToolchainFingerprint
 from sglforge.patching.series import PatchSeries
 
 # Bump when sglforge changes how it builds or post-processes (changes outputs for same inputs).
-BUILD_FORMAT = 2  # 2: the build root at a fixed path (builder/sandbox.py PathView)
+BUILD_FORMAT = 3  # 2: the build root at a fixed path (builder/sandbox.py PathView); 3: an SBOM
+# in every wheel (wheel/sbom.py)
 
 
 @dataclass(frozen=True)

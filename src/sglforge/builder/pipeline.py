@@ -76,7 +76,7 @@ from sglforge.inputs.toolchain import (
     load_toolchain,
 )
 from sglforge.patching.apply import apply_series
-from sglforge.patching.series import PatchSeries, backport_wants, load_series
+from sglforge.patching.series import Backport, Entry, PatchSeries, backport_wants, load_series
 from sglforge.sources.cache import SourceCache
 from sglforge.sources.export import export_source
 from sglforge.sources.fetch import fetch_sources
@@ -532,6 +532,25 @@ class _WheelJob:
     cache_stats: compiler_cache.CacheStats | None = None
 
 
+def _series_entry(entry: Entry, upstream: str) -> dict[str, str]:
+    """A series entry as the provenance (and the SBOM made from it) records it: its digest,
+    and where it comes from (a backport's repository and commit, a patch's project path)."""
+    if isinstance(entry, Backport):
+        return {
+            "name": entry.name,
+            "sha256": entry.digest,
+            "kind": "backport",
+            "url": entry.url,
+            "commit": entry.commit,
+        }
+    return {
+        "name": entry.name,
+        "sha256": entry.digest,
+        "kind": "patch",
+        "path": f"patches/{upstream}/{entry.name}",
+    }
+
+
 def _provenance(
     ctx: _Context,
     recipe: Recipe,
@@ -570,13 +589,14 @@ def _provenance(
         sources=tuple(
             {
                 "name": p.name,
+                "url": p.url,
                 "commit": p.commit,
                 "sha256": p.sha256,
                 **({"tree": inputs[p.name]} if p.name in inputs else {}),
             }
             for p in ctx.lock.closure(recipe.upstream)[1:]
         ),
-        patches=tuple({"name": e.name, "sha256": e.digest} for e in series.entries),
+        patches=tuple(_series_entry(e, series.upstream) for e in series.entries),
         series_sha256=series.digest,
         recipe_sha256=recipe.sha256,
         toolchain=ctx.tool.summary(with_torch),

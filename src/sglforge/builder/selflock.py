@@ -17,6 +17,7 @@ Regenerate (the header of the file says the same): for each dependency,
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
@@ -81,8 +82,22 @@ def lock_problems(root: Path, python: str, toolchain_pins: dict[str, str]) -> li
             problems.append(f"{name}: a dependency of sglforge ({text!r}), not in {LOCK}")
         elif not req.specifier.contains(Version(pin.version), prereleases=True):
             problems.append(f"{name}: {LOCK} line {pin.line} pins {pin.version}, outside {text!r}")
-    for name in sorted(set(pins) - wanted):
-        problems.append(f"{name}: {LOCK} line {pins[name].line} pins what sglforge does not need")
+    via = via_comments(read_input_text(lock, TEXT_INPUT_CAP, "sglforge lock"), pins)
+    needed = set(wanted)
+    while True:  # a `# via` pin is needed when what it is there for is
+        more = {name for name, parents in via.items() if parents & needed} - needed
+        if not more:
+            break
+        needed |= more
+    for name in sorted(set(pins) - needed):
+        why = (
+            f"its `# via {', '.join(sorted(via[name]))}` names nothing sglforge needs"
+            if via.get(name)
+            else "no dependency of pyproject.toml names it and it has no `# via NAME` line"
+        )
+        problems.append(
+            f"{name}: {LOCK} line {pins[name].line} pins what sglforge does not need ({why})"
+        )
     for name, pin in sorted(pins.items()):
         other = toolchain_pins.get(name)
         if other is not None and other != pin.version:
@@ -90,6 +105,27 @@ def lock_problems(root: Path, python: str, toolchain_pins: dict[str, str]) -> li
                 f"{name}: {LOCK} pins {pin.version}, toolchain.lock {other} (one venv, one version)"
             )
     return problems
+
+
+def via_comments(text: str, pins: dict[str, PinnedRequirement]) -> dict[str, set[str]]:
+    """Pin name -> the names its `# via A, B` comment lines (after its hashes, before the next
+    pin) say it is a dependency of, as pip-compile writes them; "(marker)" tails ignored."""
+    by_line = {p.line: name for name, p in pins.items()}
+    out: dict[str, set[str]] = {}
+    current = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        if number in by_line:
+            current = by_line[number]
+            continue
+        match = re.match(r"\s*#\s*via\s+(.+)$", raw)
+        if match and current is not None:
+            names = re.sub(r"\(.*?\)", "", match.group(1))
+            out.setdefault(current, set()).update(
+                canonical_name(n) for n in re.split(r"[,\s]+", names) if n
+            )
+        elif raw.strip() and not raw.lstrip().startswith(("#", "--")):
+            current = None
+    return out
 
 
 def install_commands(

@@ -1,4 +1,4 @@
-"""Run the four parts over a stack and render one report (errors, waived, hints)."""
+"""Run the five parts over a stack and render one report (errors, waived, hints)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sglforge.check.api import KERNEL_MODULES, check_api
 from sglforge.check.findings import Findings
 from sglforge.check.labels import check_recipes, check_wheels
 from sglforge.check.resolution import check_resolution
+from sglforge.check.sbom import check_sboms
 from sglforge.check.stack import load_stack
 from sglforge.check.target import Target
 from sglforge.check.waivers import load_policy
@@ -22,7 +23,7 @@ from sglforge.inputs.recipes import load_recipes
 from sglforge.inputs.toolchain import load_toolchain
 
 WAIVERS = "api-waivers.toml"
-PARTS = ("resolution", "api", "labels", "abi")
+PARTS = ("resolution", "api", "labels", "abi", "sbom")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def run_check(project: Project, options: CheckOptions = CheckOptions()) -> Check
     else:
         findings.hint("labels", f"no {project.toolchain.name} / recipes/: labels not checked")
     check_abi(stack, target, findings)
+    check_sboms(stack, findings)
     parts = PARTS
     if options.gpus:
         from sglforge.check.devices import PART, check_devices

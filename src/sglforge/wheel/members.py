@@ -25,6 +25,7 @@ CAPS = {
     "RECORD": 64 << 20,  # one line per file
     "entry_points.txt": 4 << 20,
     "source": 32 << 20,  # a Python module the stack check parses
+    "sglforge.cdx.json": 8 << 20,  # the SBOM (wheel/sbom.py): the provenance's facts, as JSON
 }
 
 

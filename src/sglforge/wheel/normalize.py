@@ -323,6 +323,29 @@ def dev_version(version: str) -> str:
     return with_local_segment(version, DEV_LABEL)
 
 
+def write_sbom(members: dict[str, bytes], info: WheelInfo, provenance: Provenance) -> None:
+    """The wheel's CycloneDX SBOM (wheel/sbom.py) from its stamped provenance and METADATA,
+    at `<dist-info>/sboms/sglforge.cdx.json` (PEP 770); an SBOM another tool put in
+    `sboms/` (auditwheel's) stays and is referenced from ours."""
+    from sglforge.wheel import sbom
+
+    _path, metadata = _metadata(members)
+    target = sbom.member(info.dist_info)
+    others = [
+        n.removeprefix(f"{info.dist_info}/")
+        for n in members
+        if n.startswith(f"{info.dist_info}/{sbom.SBOM_DIR}/") and n != target
+    ]
+    members[target] = sbom.wheel_sbom(
+        provenance,
+        info.name,
+        info.version,
+        parse_headers(metadata).get_all("Requires-Dist") or [],
+        members[Provenance.member(info.dist_info)],
+        others,
+    )
+
+
 def postprocess(
     built: Path,
     out_dir: Path,
@@ -375,6 +398,7 @@ def postprocess(
         provenance, version=info.version, removed=tuple(removed) if removed else provenance.removed
     )
     stamped.write(members, info.dist_info)
+    write_sbom(members, info, stamped)
     out = out_dir / wheel_filename(built.name, info, tags)
     write_normalized(members, modes, info.dist_info, out, epoch)
     return out, WheelInfo(info.name, info.version, info.dist_info, tuple(removed))

@@ -24,7 +24,7 @@ from sglforge.base.errors import SglforgeError
 from sglforge.wheel.members import read_member
 
 PROVENANCE_FILE = "sglforge-build.json"
-FORMAT = 1
+FORMAT = 2  # 2: the wheel carries an SBOM (wheel/sbom.py); its entries name their sources
 REQUIRED = ("upstream", "commit", "version", "cuda_archs", "requires_torch", "toolchain")
 _OPTIONAL_STR = (
     "generated_by",
