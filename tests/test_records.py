@@ -195,6 +195,38 @@ def test_old_rows_say_why_they_are_not_reproducible():
     assert recipes and recipes <= set(old["per_recipe"])
     for recipe in {row["recipe"] for row in rows()} & recipes:
         assert old["per_recipe"][recipe].startswith("rebuilt in format 2"), recipe
+    previous = record()["build_format_2_rows"]
+    assert "SBOM" in previous["why"] and previous["rows"]
+    assert {r["sha256"] for r in previous["rows"]}.isdisjoint({r["sha256"] for r in rows()})
+
+
+@pytest.mark.parametrize("row", rows(), ids=lambda r: r["recipe"])
+def test_row_sbom_was_validated_and_reproduced(row):
+    """Each wheel of record carries an SBOM (wheel/sbom.py) that passed the CycloneDX 1.6
+    schema and came out byte for byte the same from both builds; the manifest's provenance
+    is of the SBOM era (format 2), and check's sbom part found no error on the set."""
+    sbom = row["sbom"]
+    assert sbom["schema_valid"] is True and sbom["schema_error"] is None
+    assert sbom["identical_in_both_builds"] is True
+    assert HEX64.match(sbom["sha256"]) and sbom["size"] > 0
+    assert sbom["member"].endswith(".dist-info/sboms/sglforge.cdx.json")
+    assert re.fullmatch(r"urn:uuid:[0-9a-f-]{36}", sbom["serial"])
+    assert sbom["components_by_role"]["upstream"] == 1
+    [entry] = [e for e in load_manifest(MANIFEST) if e["recipe"] == row["recipe"]]
+    assert entry["provenance"]["format"] >= 2
+    assert sbom["member"].startswith(entry["file"].split("-")[0])
+    assert record()["sbom_check"]["check_sbom_errors"] == 0
+
+
+def test_sglforge_lock_digest_is_the_committed_one():
+    """The SBOM inside every wheel names the cyclonedx-python-lib that wrote it (pinned in
+    lockfiles/sglforge.lock): another version gives other bytes, so the committed wheels.lock
+    would no longer verify."""
+    digest = hashlib.sha256((REPO / "lockfiles" / "sglforge.lock").read_bytes()).hexdigest()
+    assert record()["sglforge_lock_sha256"] == digest, (
+        "lockfiles/sglforge.lock changed since bench/realcheck.json was recorded: bump "
+        "BUILD_FORMAT if the wheels change, rebuild the wheels of record and re-record"
+    )
 
 
 def test_toolchain_digest_is_the_committed_toolchain_lock():

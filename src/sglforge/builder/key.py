@@ -47,6 +47,9 @@ from sglforge.inputs.toolchain import ToolchainFingerprint
 from sglforge.patching.series import PatchSeries
 
 # Bump when sglforge changes how it builds or post-processes (changes outputs for same inputs).
+# That includes lockfiles/sglforge.lock: the SBOM in every wheel names the cyclonedx-python-lib
+# that wrote it, so another version of it changes every wheel (tests/test_records.py holds the
+# lock's digest of the wheels of record).
 BUILD_FORMAT = 3  # 2: the build root at a fixed path (builder/sandbox.py PathView); 3: an SBOM
 # in every wheel (wheel/sbom.py)
 

@@ -11,6 +11,10 @@ fetched for it. Before anything is installed, every `[project] dependencies` ent
 pyproject.toml that applies on the toolchain Python must be pinned here at a version it
 accepts, and a name both locks pin must have one version.
 
+cyclonedx-python-lib writes the SBOM in every wheel and names itself there, so changing its
+pin changes every wheel's bytes: bump BUILD_FORMAT (builder/key.py) with it and rebuild the
+wheels of record (tests/test_records.py holds this lock's digest).
+
 Regenerate (the header of the file says the same): for each dependency,
 `pip download NAME==VERSION --no-deps --only-binary :all: -d DIR && pip hash DIR/*.whl`.
 """
