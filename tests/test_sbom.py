@@ -325,3 +325,30 @@ def test_the_bundle_carries_a_stack_sbom_linking_each_wheel_sbom(patched, tmp_pa
         _props(stack)["sglforge:requirements-sha256"]
         == hashlib.sha256(files["requirements.lock"]).hexdigest()
     )
+
+
+def test_an_sbom_another_tool_wrote_stays_and_ours_references_it():
+    """auditwheel >= 6.5 writes sboms/auditwheel.cdx.json for grafted libraries: post-
+    processing keeps it, and the wheel's component in ours has a `bom` reference to it."""
+    from sglforge.wheel.normalize import WheelInfo, write_sbom
+
+    prov = _full_provenance()
+    dist_info = f"sglang-{prov.version}.dist-info"
+    theirs = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1}\n'
+    members = {
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: sglang\nVersion: {prov.version}\n"
+            "Requires-Dist: torch==2.11.0\n"
+        ).encode(),
+        f"{dist_info}/{sbom.SBOM_DIR}/auditwheel.cdx.json": theirs,
+    }
+    prov.write(members, dist_info)
+    write_sbom(members, WheelInfo("sglang", prov.version, dist_info), prov)
+    assert members[f"{dist_info}/{sbom.SBOM_DIR}/auditwheel.cdx.json"] == theirs
+    document = _valid(members[sbom.member(dist_info)])
+    assert document["metadata"]["component"]["externalReferences"] == [
+        {"type": "bom", "url": "sboms/auditwheel.cdx.json"}
+    ]
+    assert [c["name"] for c in document["components"] if c["bom-ref"].startswith("requires:")] == [
+        "torch"
+    ]
