@@ -464,7 +464,8 @@ def test_no_sandbox_no_build_unless_the_risk_is_named(tmp_path):
     unsafe_wheel = tmp_path / entry["file"]
     shutil.copy(project.root / "wheels" / entry["file"], unsafe_wheel)
     # the sandboxed build of the same inputs has another key: the unsandboxed wheel never
-    # answers its cache lookup; the bytes differ only in the provenance record (and RECORD)
+    # answers its cache lookup; the bytes differ only in the provenance record, the SBOM made
+    # from it, and RECORD
     env.pop("SGLFORGE_BWRAP")
     boxed = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert boxed.returncode == 0, boxed.stdout + boxed.stderr
@@ -478,7 +479,11 @@ def test_no_sandbox_no_build_unless_the_risk_is_named(tmp_path):
     with zipfile.ZipFile(unsafe_wheel) as a, zipfile.ZipFile(boxed_wheel) as b:
         assert a.namelist() == b.namelist()
         differ = [n for n in a.namelist() if a.read(n) != b.read(n)]
-    assert sorted(n.rsplit("/", 1)[-1] for n in differ) == ["RECORD", "sglforge-build.json"]
+    assert sorted(n.rsplit("/", 1)[-1] for n in differ) == [
+        "RECORD",
+        "sglforge-build.json",
+        "sglforge.cdx.json",
+    ]
 
 
 def test_a_build_root_reached_through_a_link_builds_in_the_sandbox(tmp_path):

@@ -209,12 +209,16 @@ def test_leak_scan_names_elf_and_text_members_and_skips_provenance(tmp_path):
             "x/clean.py": b"print('fine')\n",
             "x/logo.png": b"\x89PNG\0\0" + root.encode(),  # binary, not ELF: not scanned
             "x-1.dist-info/sglforge-build.json": f'{{"build_root": "{root}"}}'.encode(),
+            # ours copies the provenance's build root; another tool's SBOM is searched
+            "x-1.dist-info/sboms/sglforge.cdx.json": f'{{"value": "{root}"}}'.encode(),
+            "x-1.dist-info/sboms/other.cdx.json": f'{{"value": "{root}"}}'.encode(),
         },
     )
     found = leaks.scan_wheel(wheel, [root, venv])
     assert {(f.member, f.kind, f.needle) for f in found} == {
         ("x/_C.so", "ELF", venv),
         ("x/config.py", "text", root),
+        ("x-1.dist-info/sboms/other.cdx.json", "text", root),
     }
     with pytest.raises(SglforgeError) as error:
         leaks.check_wheel(wheel, [root, venv])

@@ -4,7 +4,9 @@ After a build every ELF and text member of the wheel is searched for the paths o
 machine it was built on (builder/prefixmap.py `leak_needles`: the build root, the build
 interpreter's prefix and base prefix). A hit means the wheel's bytes depend on where the
 tool ran, so the build fails naming each member, like the arch audit. The provenance
-stamp (`*.dist-info/sglforge-build.json`) records the build root on purpose and is skipped.
+stamp (`*.dist-info/sglforge-build.json`) records the build root on purpose and is skipped,
+and so is the SBOM made from it (`*.dist-info/sboms/sglforge.cdx.json`, wheel/sbom.py: an
+--unsafe-no-sandbox build's root is in both); any other SBOM in `sboms/` is searched.
 Other binary members (images, archives) are not searched.
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from sglforge.base.errors import SglforgeError
 from sglforge.wheel.provenance import PROVENANCE_FILE as PROVENANCE_NAME
+from sglforge.wheel.sbom import SBOM_DIR, SBOM_FILE
 
 ELF_MAGIC = b"\x7fELF"
 TEXT_PROBE = 8192
@@ -58,7 +61,9 @@ def scan_wheel(wheel: Path, needles: list[str]) -> list[Leak]:
     encoded = [(n, n.encode()) for n in needles if n]
     with zipfile.ZipFile(wheel) as archive:
         for info in archive.infolist():
-            if info.is_dir() or info.filename.endswith(f".dist-info/{PROVENANCE_NAME}"):
+            if info.is_dir() or info.filename.endswith(
+                (f".dist-info/{PROVENANCE_NAME}", f".dist-info/{SBOM_DIR}/{SBOM_FILE}")
+            ):
                 continue
             data = archive.read(info)
             kind = member_kind(data)
