@@ -310,10 +310,12 @@ def cubin_stub(name: str, arch: str, data: bytes) -> Stub | None:
     vprintf names another arch alone (module docstring)."""
     messages = sorted(
         {
-            text.strip()
-            for run in PRINTABLE.findall(data)
+            text[start.start() :].strip()  # from the first letter: a string's neighbour bytes
+            for run in PRINTABLE.findall(data)  # can be printable too ("~Trying to use tma…")
             for text in [run.decode("ascii")]
             if STUB_MESSAGE.search(text)
+            for start in [re.search(r"[A-Za-z]", text)]
+            if start
         }
     )
     if not messages:
