@@ -128,3 +128,101 @@ def test_check_gpu_says_which_gpus_the_device_code_runs_on(tmp_path):
     bad = _check_gpu(tmp_path, family, "12.5")
     assert bad.returncode == 2 and "'12.5' is not a known compute capability" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# A TU guarded the way CUTLASS 57e3cfb4 guards its SM120 MMA atoms and kernels
+# (cutlass/arch/config.h defines CUTLASS_ARCH_MMA_SM120A_ENABLED from __CUDA_ARCH_FEAT_SM120_ALL,
+# which only the arch-specific target sm_120a sets; the family twin CUTLASS_ARCH_MMA_SM120F_ENABLED
+# comes from __CUDA_ARCH_FAMILY_SPECIFIC__), here with a guard that knows only the `a` form: an
+# sm_120f build compiles the GEMM to CUTLASS's stub message. The Hopper kernel beside it is a
+# stub in every sm_12x cubin and is only launched on 9.0 (the host dispatches by CC).
+GUARDED = r"""
+#include <cstdint>
+#include <cstdio>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 1200 && defined(__CUDA_ARCH_FEAT_SM120_ALL)
+#  define DEMO_ARCH_MMA_SM120A_ENABLED 1
+#endif
+template <int N> struct MainloopSm120Demo {};
+template <class Policy>
+__global__ void gemm_f8f6f4(float *d, const uint32_t *a, const uint32_t *b) {
+#if defined(DEMO_ARCH_MMA_SM120A_ENABLED)
+  float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+  asm volatile("mma.sync.aligned.kind::f8f6f4.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  d[threadIdx.x] = c0 + c1 + c2 + c3;
+#else
+  printf("ERROR : Arch conditional MMA instruction used without targeting appropriate "
+         "compute capability. Aborting.\n");
+  __trap();
+#endif
+}
+__global__ void hopper_gemm(float *d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  d[threadIdx.x] = 1.0f;
+#else
+  printf("Attempting to use SM90_64x8x16_F16F16F16_SS without CUTE_ARCH_MMA_SM90A_ENABLED");
+  __trap();
+#endif
+}
+extern "C" void launch(float *d, const uint32_t *a, const uint32_t *b) {
+  gemm_f8f6f4<MainloopSm120Demo<1>><<<1, 32>>>(d, a, b);
+  hopper_gemm<<<1, 32>>>(d);
+}
+"""
+
+
+def _guarded_wheel(tmp_path: Path, code: str) -> Path:
+    src = tmp_path / "guarded.cu"
+    src.write_text(GUARDED)
+    lib = tmp_path / f"guarded_{code}.so"
+    subprocess.run(
+        [_nvcc(), "-shared", "-Xcompiler", "-fPIC", "-o", str(lib), str(src)]
+        + [f"-gencode=arch={code.replace('sm_', 'compute_')},code={code}"],
+        check=True,
+        capture_output=True,
+    )
+    wheel = tmp_path / f"g_{code}-1.0-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("g/libg.so", lib.read_bytes())
+    return wheel
+
+
+def test_a_kernel_compiled_to_an_arch_conditional_stub_fails_the_audit(tmp_path):
+    cuobjdump = audit.find_cuobjdump(Path("/usr/local/cuda"))
+    assert cuobjdump is not None
+    # sm_120f: the SASS is there (the arch check alone passes), but the GEMM is a stub
+    with pytest.raises(SglforgeError) as failed:
+        audit.audit_wheel(_guarded_wheel(tmp_path, "sm_120f"), ("sm_120f",), cuobjdump)
+    message = str(failed.value)
+    assert "arch-conditional stubs" in message and "g/libg.so: " in message
+    assert "g/libg.so: cubin 2 (sm_120f): " in message
+    assert "'ERROR : Arch conditional MMA instruction used without targeting" in message
+    assert "_Z11gemm_f8f6f4I17MainloopSm120DemoILi1EEEvPfPKjS4_" in message
+    # sm_120a: the guard holds, the MMA is real; the Hopper stub is found, named, not fatal
+    [elf] = audit.audit_wheel(_guarded_wheel(tmp_path, "sm_120a"), ("sm_120a",), cuobjdump)
+    [stub] = elf.stubs
+    assert (stub.arch, stub.fatal, stub.kernels) == ("sm_120a", False, ("_Z11hopper_gemmPf",))
+    assert stub.messages == (
+        "Attempting to use SM90_64x8x16_F16F16F16_SS without CUTE_ARCH_MMA_SM90A_ENABLED",
+    )
+
+
+def test_stub_rules_by_the_archs_a_message_or_kernel_names():
+    assert audit.named_majors("Attempting to use SM120_16x8x32_TN without CUTE_ARCH_F8F6F4") == {12}
+    assert audit.named_majors("_ZN7cutlass4arch4Sm90E") == {9}
+    assert audit.named_majors("Trying to use TMEM_LOAD without CUTE_ARCH_TCGEN05_TMEM_ENABLED") == {
+        10
+    }
+    assert audit.named_majors("ERROR : Arch conditional MMA instruction used without") == set()
+    # not an ELF: no stub evidence can be read from it, and none is claimed
+    assert audit.cubin_stub("x.sm_120.cubin", "sm_120", b"no stub here") is None
+    stub = audit.cubin_stub(
+        "x.sm_120.cubin", "sm_120", b"\0Attempting to use SM120_16x8x32_TN without CUTE_ARCH_X\0"
+    )
+    assert stub is not None and stub.fatal and stub.kernels == ()
+    other = audit.cubin_stub(
+        "x.sm_120.cubin", "sm_120", b"\0Attempting to use SM100_MMA_TF32 without CUTE_ARCH_X\0"
+    )
+    assert other is not None and not other.fatal

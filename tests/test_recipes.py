@@ -224,7 +224,9 @@ def test_shipped_recipes_and_toolchain_are_valid(tmp_path):
         "nixl-cu13",
     } <= set(recipes)
     assert recipes["sglang-kernel"].requires_torch_abi
-    assert recipes["sglang-kernel"].cuda_archs == ("sm_120a",)
+    # the sm_12x family target (issue 36): one set for CC 12.0 and 12.1, one flag for 0001
+    assert recipes["sglang-kernel"].cuda_archs == ("sm_120f",)
+    assert recipes["sglang-kernel"].arch_values["sgl_kernel_cuda_archs"] == "120f"
     assert recipes["flashinfer-jit-cache"].depends == ("flashinfer-python",)
     # opt-in with its measured reason: a default build leaves it out, a build by name not
     assert "2,723 nvcc TUs" in recipes["flashinfer-jit-cache"].opt_in

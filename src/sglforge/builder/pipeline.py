@@ -1095,8 +1095,9 @@ def _elf_audit(ctx: _Context, job: _WheelJob) -> None:
 
 
 def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
-    """cuobjdump: the required SASS in every ELF with device code; the log line says which
-    GPUs of those archs' majors each ELF runs on (audit.runs_on)."""
+    """cuobjdump: the required SASS in every ELF with device code and no kernel compiled to an
+    arch-conditional stub for it (audit.stubs); the log line says which GPUs of those archs'
+    majors each ELF runs on (audit.runs_on)."""
     assert job.final is not None
     if ctx.cuobjdump is None:
         ctx.cuobjdump = audit.find_cuobjdump(ctx.cuda.home if ctx.cuda else None)
@@ -1111,6 +1112,11 @@ def _arch_audit(ctx: _Context, job: _WheelJob) -> None:
     devices = audit.family_devices(job.recipe.cuda_archs)
     for elf in found:
         print(f"    audit ok: {elf.member}: {elf.describe(devices)}")
+        for stub in elf.stubs:  # the fatal ones failed audit_wheel already
+            print(
+                f"    audit note: {elf.member}: {stub.describe()}: stubs of kernels for other "
+                "archs (the host dispatches them on those GPUs only)"
+            )
 
 
 def _leak_scan(ctx: _Context, job: _WheelJob) -> None:

@@ -16,10 +16,24 @@ and DGX Spark / GB10); PTX `compute_XY` JIT-compiles on every capability from X.
 `compute_XYa` on X.Y alone, `compute_XYf` on the family. `--list-elf` names an sm_120f cubin
 `sm_120`, and a plain sm_120 cubin runs on the same known GPUs, so the listing suffices here;
 `cuobjdump --list-ptx` names PTX with its suffix (`….sm_120f.ptx`).
+
+Carrying the SASS is not enough: CUTLASS (and code written like it) guards arch-conditional
+instructions with macros, and where a guard does not accept the target the kernel compiles to
+a stub that prints an error at run time instead of computing (`stubs`): "ERROR : Arch
+conditional MMA instruction used without targeting appropriate compute capability", "Attempting
+to use SM120_16x8x32_TN without CUTE_ARCH_F8F6F4_MMA_ENABLED". An `sm_120f` build where a guard
+accepts only `sm_120a` gives exactly that, silently. The audit extracts each cubin
+(`cuobjdump -xelf all`), finds those messages in its data and the kernels that reach `vprintf`
+(its `.nv.callgraph`), and fails the build on a stub meant for the cubin's own arch: one whose
+message or kernel names that arch's major (SM120, Sm121, …) or no arch at all. A stub that
+names only other archs (an SM90 GMMA atom instantiated in the sm_120 cubin of a TU that also
+serves Hopper) is never launched there, since the host dispatches by compute capability; it is
+reported, not fatal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import re
@@ -94,10 +108,31 @@ def parse_devices(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Stub:
+    """Arch-conditional stub code found in one cubin (module docstring)."""
+
+    cubin: str  # "cubin 2": its number in the ELF, as `cuobjdump -xelf` counts them
+    arch: str  # its SASS arch (sm_120f once device_code resolved the family listing)
+    messages: tuple[str, ...]  # the stub messages, sorted
+    kernels: tuple[str, ...]  # entry kernels that reach vprintf (mangled), sorted
+    fatal: bool  # meant for this cubin's arch (or for no named arch)
+
+    def describe(self) -> str:
+        kernels = ", ".join(k[:120] + ("…" if len(k) > 120 else "") for k in self.kernels[:3])
+        more = f" (+{len(self.kernels) - 3} more)" if len(self.kernels) > 3 else ""
+        return (
+            f"{self.cubin} ({self.arch}): {'; '.join(repr(m) for m in self.messages[:3])}"
+            + (f" (+{len(self.messages) - 3} more)" if len(self.messages) > 3 else "")
+            + (f"; kernels: {kernels}{more}" if self.kernels else "")
+        )
+
+
+@dataclass(frozen=True)
 class ElfArchs:
     member: str  # path inside the wheel
     archs: tuple[str, ...]  # SASS targets found, sorted
     ptx: tuple[str, ...] = ()  # PTX targets found (sm_ spelling of compute_), sorted
+    stubs: tuple[Stub, ...] = ()  # arch-conditional stubs in its cubins (`stubs`)
 
     def runs_with(self, device: str) -> str | None:
         """What a GPU of compute capability `device` runs from this ELF: its SASS if some
@@ -202,9 +237,132 @@ def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
     return found
 
 
-def device_code(wheel: Path, cuobjdump: Path, *, families: bool = False) -> list[ElfArchs]:
+# Arch-conditional stubs (module docstring). The messages are CUTLASS's (cutlass/gemm/kernel/
+# sm90_gemm_*.hpp: "ERROR : Arch conditional MMA instruction used without targeting …"; cute/
+# arch/*.hpp through CUTE_INVALID_CONTROL_PATH: "Attempting to use SM120_16x8x32_TN without
+# CUTE_ARCH_F8F6F4_MMA_ENABLED", "Trying to use tma without CUTE_ARCH_TMA_SM90_ENABLED.").
+STUB_MESSAGE = re.compile(
+    r"Arch conditional MMA instruction used without targeting|without (?:CUTE|CUTLASS)_ARCH_\w+"
+)
+PRINTABLE = re.compile(rb"[\x20-\x7e]{16,}")
+NAMED_ARCH = re.compile(r"sm_?([0-9]{2,3})(?![0-9])", re.IGNORECASE)
+# Features that exist on one family only, named in messages without an SM number.
+FEATURE_MAJOR = {"TCGEN05": 10, "TMEM": 10, "UTCCP": 10}
+SHT_SYMTAB, SHT_CUDA_CALLGRAPH, STO_CUDA_ENTRY = 2, 0x70000001, 0x10
+
+
+def named_majors(text: str) -> set[int]:
+    """The compute-capability majors `text` names: SM120_16x8x32 -> {12}, Sm90 -> {9},
+    TCGEN05 -> {10}."""
+    majors = {int(n) // 10 for n in NAMED_ARCH.findall(text)}
+    return majors | {m for word, m in FEATURE_MAJOR.items() if word in text.upper()}
+
+
+def _cubin_sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
+    """(name, type, offset, size, link) of each section of a 64-bit little-endian cubin."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1 or len(data) < 64:
+        return []
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_off = raw[shstrndx][4] if shstrndx < len(raw) else 0
+
+    def name(offset: int) -> str:
+        start = names_off + offset
+        return data[start : data.index(b"\0", start)].decode(errors="replace")
+
+    return [(name(r[0]), r[1], r[4], r[5], r[6]) for r in raw]
+
+
+def printf_kernels(data: bytes) -> tuple[str, ...]:
+    """The entry kernels of a cubin that reach `vprintf` by its call graph (or, where no
+    entry does, the functions that call it), mangled and sorted."""
+    sections = _cubin_sections(data)
+    symtab = next((s for s in sections if s[1] == SHT_SYMTAB), None)
+    graph = next((s for s in sections if s[1] == SHT_CUDA_CALLGRAPH), None)
+    if symtab is None or graph is None:
+        return ()
+    strtab = sections[symtab[4]]
+    symbols = []
+    for off in range(symtab[2], symtab[2] + symtab[3] - 23, 24):
+        st_name, _, st_other = struct.unpack_from("<IBB", data, off)
+        start = strtab[2] + st_name
+        symbols.append((data[start : data.index(b"\0", start)].decode(errors="replace"), st_other))
+    callers: dict[int, set[int]] = {}
+    for off in range(graph[2], graph[2] + graph[3] - 7, 8):
+        caller, callee = struct.unpack_from("<ii", data, off)
+        if caller > 0 and callee > 0:
+            callers.setdefault(callee, set()).add(caller)
+    targets = [i for i, (n, _) in enumerate(symbols) if n == "vprintf"]
+    reach, todo = set(), list(targets)
+    while todo:
+        for caller in callers.get(todo.pop(), ()):
+            if caller not in reach:
+                reach.add(caller)
+                todo.append(caller)
+    entries = {symbols[i][0] for i in reach if i < len(symbols) and symbols[i][1] & STO_CUDA_ENTRY}
+    return tuple(sorted(entries or {symbols[i][0] for i in reach if i < len(symbols)}))
+
+
+def cubin_stub(name: str, arch: str, data: bytes) -> Stub | None:
+    """The stub evidence in one cubin, or None. Fatal when a message or a kernel reaching
+    vprintf names the cubin's own major, or a message names no arch and no kernel reaching
+    vprintf names another arch alone (module docstring)."""
+    messages = sorted(
+        {
+            text[start.start() :].strip()  # from the first letter: a string's neighbour bytes
+            for run in PRINTABLE.findall(data)  # can be printable too ("~Trying to use tma…")
+            for text in [run.decode("ascii")]
+            if STUB_MESSAGE.search(text)
+            for start in [re.search(r"[A-Za-z]", text)]
+            if start
+        }
+    )
+    if not messages:
+        return None
+    own = int(arch.removeprefix("sm_").rstrip("af")) // 10
+    kernels = printf_kernels(data)
+    kernel_majors = [named_majors(k) for k in kernels]
+    unnamed = any(not named_majors(m) for m in messages)
+    fatal = (
+        any(own in named_majors(m) for m in messages)
+        or any(own in majors for majors in kernel_majors)
+        or (unnamed and (not kernels or any(not majors for majors in kernel_majors)))
+    )
+    return Stub(name, arch, tuple(messages), kernels, fatal)
+
+
+def stubs(cuobjdump: Path, elf: Path, label: str | None = None) -> tuple[Stub, ...]:
+    """Arch-conditional stub evidence in each cubin of `elf` (`cuobjdump -xelf all`)."""
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [str(cuobjdump), "-xelf", "all", str(elf)],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0 and "does not contain device code" not in proc.stdout + proc.stderr:
+            raise SglforgeError(
+                f"cuobjdump -xelf failed on {label or elf.name}: "
+                f"{(proc.stdout + proc.stderr).strip()[-500:]}"
+            )
+        for cubin in sorted(Path(tmp).glob("*.cubin")):
+            match = re.search(r"\.([0-9]+)\.(sm_[0-9]+[af]?)\.cubin$", cubin.name)
+            number, arch = match.groups() if match else ("?", "sm_0")
+            stub = cubin_stub(f"cubin {number}", arch, cubin.read_bytes())
+            if stub is not None:
+                found.append(stub)
+    return tuple(found)
+
+
+def device_code(
+    wheel: Path, cuobjdump: Path, *, families: bool = False, find_stubs: bool = False
+) -> list[ElfArchs]:
     """Every ELF member of `wheel` that holds device code, with its SASS and PTX targets
-    (`families`: bare `sm_N` cubins resolved to `sm_Nf` where the fatbin headers say so)."""
+    (`families`: bare `sm_N` cubins resolved to `sm_Nf` where the fatbin headers say so;
+    `find_stubs`: with the arch-conditional stubs of its cubins)."""
     found: list[ElfArchs] = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for info in archive.infolist():
@@ -218,13 +376,23 @@ def device_code(wheel: Path, cuobjdump: Path, *, families: bool = False) -> list
             archs = list_archs(cuobjdump, target, families=families, label=info.filename)
             ptx = list_ptx(cuobjdump, target)
             if archs or ptx:
-                found.append(ElfArchs(info.filename, archs, ptx))
+                found_stubs = stubs(cuobjdump, target, info.filename) if find_stubs else ()
+                # a family cubin is listed bare (sm_120): name it as the fatbin header does
+                found_stubs = tuple(
+                    dataclasses.replace(s, arch=s.arch + "f")
+                    if s.arch + "f" in archs and s.arch not in archs
+                    else s
+                    for s in found_stubs
+                )
+                found.append(ElfArchs(info.filename, archs, ptx, found_stubs))
     return found
 
 
 def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list[ElfArchs]:
     """Check every device-code ELF; raise naming each file that misses a required arch."""
-    found = device_code(wheel, cuobjdump, families=any(a.endswith("f") for a in required))
+    found = device_code(
+        wheel, cuobjdump, families=any(a.endswith("f") for a in required), find_stubs=True
+    )
     if required:
         if not found:
             raise SglforgeError(
@@ -242,6 +410,15 @@ def audit_wheel(wheel: Path, required: tuple[str, ...], cuobjdump: Path) -> list
                 f"{wheel.name}: arch audit failed:\n" + "\n".join(gaps),
                 hint="check the recipe's arch list (gencodes / arch env)",
             )
+    fatal = [f"  - {e.member}: {s.describe()}" for e in found for s in e.stubs if s.fatal]
+    if fatal:
+        raise SglforgeError(
+            f"{wheel.name}: arch audit failed: kernels compiled to arch-conditional stubs "
+            "(they print an error at run time instead of computing):\n" + "\n".join(fatal),
+            hint="a guard in the sources does not accept this target (e.g. sm_120f where only "
+            "sm_120a enables the instruction): build those kernels for the arch-specific "
+            "target, or fix the guard",
+        )
     return found
 
 
