@@ -352,3 +352,23 @@ def test_an_sbom_another_tool_wrote_stays_and_ours_references_it():
     assert [c["name"] for c in document["components"] if c["bom-ref"].startswith("requires:")] == [
         "torch"
     ]
+
+
+@pytest.mark.parametrize(
+    "data", [b"\x00not json", b"[]", b"[" * 100000 + b"]" * 100000], ids=["bytes", "array", "deep"]
+)
+def test_a_hostile_sbom_in_a_bundled_wheel_is_a_clear_error(tmp_path, data):
+    """The bundle reads each wheel's SBOM serial: garbage, a non-object and JSON nested too
+    deep for the parser are one error naming the wheel and the member, never a traceback."""
+    from sglforge.base.errors import SglforgeError
+    from sglforge.wheel.bundle import wheel_sbom_serial
+
+    dist_info = "x-1.dist-info"
+    wheel = tmp_path / "x-1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{dist_info}/METADATA", "Name: x\nVersion: 1\n")
+        archive.writestr(sbom.member(dist_info), data)
+    with pytest.raises(
+        SglforgeError, match=rf"x-1-py3-none-any.whl: {sbom.member(dist_info)} is not"
+    ):
+        wheel_sbom_serial(wheel)

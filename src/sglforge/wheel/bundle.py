@@ -525,7 +525,7 @@ def wheel_sbom_serial(path: Path) -> str | None:
             serial = json.loads(read_member(archive, names[0], path, sbom.SBOM_FILE)).get(
                 "serialNumber"
             )
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             raise SglforgeError(f"{path.name}: {names[0]} is not a JSON object") from None
     return serial if isinstance(serial, str) else None
 
