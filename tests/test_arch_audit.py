@@ -111,6 +111,10 @@ def test_check_gpu_says_which_gpus_the_device_code_runs_on(tmp_path):
     assert both.returncode == 0, both.stdout + both.stderr
     assert "1 ELF(s) with device code; 12.0: SASS in 1; 12.1: SASS in 1" in both.stdout
     assert "devices ok" in both.stdout
+    # a GPU outside the family: the error names the family cubin as built, not as listed
+    other = _check_gpu(tmp_path, family, "9.0")
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert f"{member}: nothing runs on 9.0 (carries sm_120f; PTX compute_120f)" in other.stdout
 
     hopper = _library(tmp_path, "arch=compute_90a,code=sm_90a", "arch=compute_90,code=compute_90")
     jit = _check_gpu(tmp_path, hopper, "9.0,12.1")

@@ -5,6 +5,8 @@ an extension carries neither SASS that its GPU runs nor PTX it can JIT-compile. 
 answers that offline, from what each ELF carries (`cuobjdump`, the arch audit's rules in
 wheel/audit.py `runs_on`), for GPUs no build host has: an error per ELF that a named GPU
 could not load, and per wheel how each GPU would run it (SASS, or PTX compiled at load).
+A family cubin, which `--list-elf` names bare (`sm_120`), is named as its fatbin header
+says (`sm_120f`), so a message shows what the build asked for.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def check_devices(
         return
     for wheel in stack.wheels:
         try:
-            found = audit.device_code(wheel.file, cuobjdump)
+            found = audit.device_code(wheel.file, cuobjdump, families=True)
         except SglforgeError as exc:  # an ELF cuobjdump cannot read: this wheel's error
             findings.error(PART, f"{wheel.file.name}: {exc}")
             continue
