@@ -94,7 +94,7 @@ def _check_gpu(tmp_path: Path, library: Path, gpus: str) -> subprocess.Completed
     )
 
 
-def test_check_gpu_says_which_gpus_the_device_code_runs_on(tmp_path):
+def test_check_gpu_says_which_gpus_the_device_code_runs_on(tmp_path, monkeypatch):
     """RTX PRO 6000 is 12.0, DGX Spark / GB10 12.1: an sm_120a-only build is 'no kernel image'
     on GB10, named per ELF; the family build (sm_120f SASS + compute_120f PTX) runs on both
     from SASS; sm_90a SASS with compute_90 PTX runs on 12.1 only through the JIT."""
@@ -128,6 +128,18 @@ def test_check_gpu_says_which_gpus_the_device_code_runs_on(tmp_path):
     assert unreadable.returncode == 1, unreadable.stdout + unreadable.stderr
     assert "ERROR  devices    sgl_deep_gemm-" in unreadable.stdout
     assert "cuobjdump failed on " + member in unreadable.stdout
+
+    # a cuobjdump that lists the family cubin but cannot dump its fatbin headers (a broken or
+    # mismatched install): the ELF is named, not the temporary file it was read from
+    failing = tmp_path / "cuobjdump-no-elf"
+    real = audit.find_cuobjdump(Path("/usr/local/cuda"))
+    failing.write_text(f'#!/bin/sh\n[ "$1" = -elf ] && exit 3\nexec {real} "$@"\n')
+    failing.chmod(0o755)
+    monkeypatch.setenv("SGLFORGE_CUOBJDUMP", str(failing))
+    headless = _check_gpu(tmp_path, family, "12.0")
+    monkeypatch.undo()
+    assert headless.returncode == 1, headless.stdout + headless.stderr
+    assert f"cuobjdump -elf failed on {member} (exit status 3)" in headless.stdout
 
     bad = _check_gpu(tmp_path, family, "12.5")
     assert bad.returncode == 2 and "'12.5' is not a known compute capability" in bad.stderr

@@ -203,7 +203,7 @@ def list_archs(
         raise SglforgeError(f"cuobjdump failed on {label or elf.name}: {text.strip()[-500:]}")
     bare = {a for a in archs if a[-1].isdigit()}
     if families and bare:
-        headers = fatbin_archs(cuobjdump, elf)
+        headers = fatbin_archs(cuobjdump, elf, label)
         archs = (archs - bare) | {a for a in headers if a.rstrip("af") in bare}
     return tuple(sorted(archs))
 
@@ -216,9 +216,10 @@ def list_ptx(cuobjdump: Path, elf: Path) -> tuple[str, ...]:
     return tuple(sorted(set(PTX_LINE.findall(proc.stdout + proc.stderr))))
 
 
-def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
+def fatbin_archs(cuobjdump: Path, elf: Path, label: str | None = None) -> set[str]:
     """The `arch = …` line of every fatbin entry `cuobjdump -elf` prints, read as a stream
-    (it also dumps each cubin's sections and symbols: megabytes per cubin)."""
+    (it also dumps each cubin's sections and symbols: megabytes per cubin; `label`: the
+    ELF's name in errors)."""
     found: set[str] = set()
     with subprocess.Popen(
         [str(cuobjdump), "-elf", str(elf)],
@@ -233,7 +234,9 @@ def fatbin_archs(cuobjdump: Path, elf: Path) -> set[str]:
             if match:
                 found.add(match.group(1))
     if proc.returncode != 0:
-        raise SglforgeError(f"cuobjdump -elf failed on {elf.name} (exit status {proc.returncode})")
+        raise SglforgeError(
+            f"cuobjdump -elf failed on {label or elf.name} (exit status {proc.returncode})"
+        )
     return found
 
 
