@@ -25,7 +25,6 @@ echo "$HSP" > $SP/zz-host-torch.pth; echo "$R/src" > $SP/sglforge-src.pth
 for d in $HSP/torch $HSP/torch-*.dist-info; do ln -sfn $d $SP/$(basename $d); done
 /tmp/tc/bin/python -c "import sglforge, torch, cmake, ninja, cyclonedx; print('ok', sglforge.__file__, torch.__version__)" || exit 1
 mkdir -p /tmp/subst /tmp/bw && tar -xJf $K/subst.tar.xz -C /tmp/subst || exit 3
-SANDBOX=""
 if ! command -v bwrap >/dev/null; then
   cp $K/bwrap/* /tmp/bw/
   printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path /tmp/bw /tmp/bw/bwrap "$@"\n' > /tmp/bw/bwrap-run
@@ -33,8 +32,7 @@ if ! command -v bwrap >/dev/null; then
   if /tmp/bw/bwrap-run --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-pid --unshare-net true; then
     echo "carried bwrap works"; echo "export SGLFORGE_BWRAP=/tmp/bw/bwrap-run" > /tmp/bw/env.sh
   else
-    echo "carried bwrap cannot make namespaces here: building with --unsafe-no-sandbox"; SANDBOX=--unsafe-no-sandbox
-    : > /tmp/bw/env.sh
+    echo "carried bwrap cannot make namespaces here: stopping (no build without the sandbox)"; exit 4
   fi
 else : > /tmp/bw/env.sh; fi
 cat > /tmp/build-env.sh <<EOE
@@ -51,7 +49,7 @@ echo "== plan"
 cat > /tmp/build.sh <<EOE
 . /tmp/build-env.sh
 cd $R
-/usr/bin/time -v /tmp/tc/bin/python -m sglforge build sglang-kernel --jobs 14 --no-wheel-cache $SANDBOX > /tmp/sgk-build.log 2>&1
+/usr/bin/time -v /tmp/tc/bin/python -m sglforge build sglang-kernel --jobs 14 --no-wheel-cache > /tmp/sgk-build.log 2>&1
 echo \$? > /tmp/sgk-build.rc
 EOE
 echo "== build (setsid) at $(( $(date +%s) - T0 )) s"

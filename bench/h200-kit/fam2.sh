@@ -10,7 +10,7 @@ done
 echo "== build rc=$(cat /tmp/sgk-build.rc 2>/dev/null || echo running)"
 cp /tmp/sgk-build.log $OUT/ 2>/dev/null; cp /tmp/sgbuild/logs/sglang-kernel.log $OUT/kernel-build.log 2>/dev/null
 grep -a -E "audit|built |sha256|rror|Elapsed|Maximum resident|jobs" /tmp/sgk-build.log | tail -30
-W=$(ls /tmp/r-wheels/sglang_kernel-*.whl $R/wheels/sglang_kernel-*.whl 2>/dev/null | head -1)
+W=$(ls $R/wheels/sglang_kernel-*.whl 2>/dev/null | head -1)
 if [ -z "$W" ]; then tail -40 /tmp/sgk-build.log; grep -a -i -B2 -A8 " error" /tmp/sgbuild/logs/sglang-kernel.log | tail -40; exit 1; fi
 sha256sum $W; ls -la $W
 cp $W $OUT/sglang_kernel_sm120f.whl; cp $R/wheels/manifest.json $OUT/ 2>/dev/null
